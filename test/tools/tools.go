@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the Kubernetes components the test harness runs, so
+// they are built from the same module graph at a fixed version.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
