@@ -15,6 +15,9 @@ version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/g
 minor=${version#v1.}; minor=${minor%%.*}
 out="$cache/$version"
 mkdir -p "$out"
+# Test binaries of several packages may ask at once: build once, under a lock.
+exec 9>"$out/.lock"
+flock 9
 
 # Unstamped binaries report v0.0.0-master, which clients refuse to parse.
 stamp=""
