@@ -85,7 +85,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		return nil, err
 	}
 	runID := newRunID()
-	cs := &ClusterSet{runID: runID, Dir: filepath.Join(stateBase(), runID)}
+	cs := &ClusterSet{runID: runID, Dir: filepath.Join(StateBase(), runID)}
 	if err := os.MkdirAll(cs.Dir, 0o700); err != nil {
 		return nil, err
 	}

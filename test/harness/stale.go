@@ -13,14 +13,15 @@ import (
 	"github.com/mcsd-io/mcsd/test/netns"
 )
 
-// Every run owns a state directory <stateBase>/<pid>-<seq> and the network
+// Every run owns a state directory <StateBase>/<pid>x<seq> and the network
 // namespaces named mcsdh<pid>x<seq>-*. Both carry the owner's pid so a later
 // run can tell leftovers of a dead owner (a killed test) from a live one's.
 const netnsPrefix = "mcsdh"
 
 var runSeq atomic.Int64
 
-func stateBase() string {
+// StateBase is the directory that holds every run's state directory.
+func StateBase() string {
 	if base := os.Getenv("MCSD_HARNESS_DIR"); base != "" {
 		return base
 	}
@@ -40,7 +41,8 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-func ownerPID(runID string) (int, bool) {
+// OwnerPID returns the pid of the process that owns a run.
+func OwnerPID(runID string) (int, bool) {
 	pid, err := strconv.Atoi(strings.SplitN(runID, "x", 2)[0])
 	return pid, err == nil
 }
@@ -50,13 +52,13 @@ func ownerPID(runID string) (int, bool) {
 // owners are untouched. It returns what it removed, for logs.
 func CleanStale() ([]string, error) {
 	var removed []string
-	base := stateBase()
+	base := StateBase()
 	entries, err := os.ReadDir(base)
 	if err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	for _, e := range entries {
-		pid, ok := ownerPID(e.Name())
+		pid, ok := OwnerPID(e.Name())
 		if !ok || alive(pid) {
 			continue
 		}
@@ -86,7 +88,7 @@ func CleanStale() ([]string, error) {
 	}
 	for _, name := range names {
 		runID := strings.SplitN(strings.TrimPrefix(name, netnsPrefix), "-", 2)[0]
-		pid, ok := ownerPID(runID)
+		pid, ok := OwnerPID(runID)
 		if !ok || alive(pid) {
 			continue
 		}
