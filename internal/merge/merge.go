@@ -36,8 +36,8 @@ type Result struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	// Clusters are the IDs of the clusters whose endpoints belong to the
-	// service (those of Spec.Type), sorted: the ServiceImport's
-	// status.clusters.
+	// service (those of Spec.Type with an IP family of Spec.IPFamilies),
+	// sorted: the ServiceImport's status.clusters.
 	Clusters []string
 	// Oldest is the ID of the cluster whose export has precedence.
 	Oldest string
@@ -77,7 +77,8 @@ func Compare(a, b record.Export) int {
 //     name, or whose (port, protocol), an older export already uses for a
 //     different port is left out;
 //   - ipFamilies are the families every contributing export has, in the
-//     oldest's order; if they share none, the oldest's families;
+//     oldest's order; if they share none, the oldest's families, and an
+//     export that has none of those is left out of Clusters too;
 //   - a ClusterSetIP service gets, per family, the VIP of the oldest
 //     contributing export that holds one, unless the oldest export opted
 //     out of ClusterSetIPs; a Headless service has no IPs.
@@ -103,8 +104,15 @@ func Merge(records []record.Export) (Result, error) {
 			contributing = append(contributing, r)
 		}
 	}
-	ports := unionPorts(contributing)
 	families, shared := intersectFamilies(contributing, oldest)
+	if !shared {
+		// An export with none of the service's families has no endpoints
+		// the service could use.
+		contributing = slices.DeleteFunc(contributing, func(r record.Export) bool {
+			return !slices.ContainsFunc(r.IPFamilies, func(f corev1.IPFamily) bool { return slices.Contains(families, f) })
+		})
+	}
+	ports := unionPorts(contributing)
 	res := Result{
 		Spec: mcsv1beta1.ServiceImportSpec{
 			Ports:                 ports,
@@ -120,8 +128,10 @@ func Merge(records []record.Export) (Result, error) {
 		Oldest:      oldest.Cluster,
 		Verdicts:    make(map[string]Verdict, len(all)),
 	}
+	inService := map[string]bool{}
 	for _, r := range contributing {
 		res.Clusters = append(res.Clusters, r.Cluster)
+		inService[r.Cluster] = true
 	}
 	slices.Sort(res.Clusters)
 	if oldest.Type == mcsv1beta1.ClusterSetIP && !oldest.ClusterSetIPDisabled {
@@ -130,7 +140,7 @@ func Merge(records []record.Export) (Result, error) {
 
 	conflicts := findConflicts(all, oldest, ports, families, shared)
 	for _, r := range all {
-		res.Verdicts[r.Cluster] = verdictFor(r, oldest, len(all), conflicts)
+		res.Verdicts[r.Cluster] = verdictFor(r, oldest, families, inService[r.Cluster], len(all), conflicts)
 	}
 	return res, nil
 }

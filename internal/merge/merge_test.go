@@ -440,7 +440,7 @@ func TestIPFamilies(t *testing.T) {
 			t.Errorf("families %v, want IPv4", got)
 		}
 		expectReasons(t, res, "IPFamilyConflict", "east", "west", "north")
-		want := `Conflicting ipFamilies. Using "IPv4", the families all exporting clusters share, in the order of the oldest service export, in "east". 2/3 clusters disagree.`
+		want := `Conflicting ipFamilies. Using "IPv4", the families all clusters of the service share, in the order of the oldest service export, in "east". 2/3 clusters disagree.`
 		if got := res.Verdicts["west"].Message; got != want {
 			t.Errorf("message %q, want %q", got, want)
 		}
@@ -463,10 +463,31 @@ func TestIPFamilies(t *testing.T) {
 			t.Errorf("ips %v", res.Spec.IPs)
 		}
 		expectReasons(t, res, "IPFamilyConflict", "east", "west")
-		expectClusters(t, res, "east", "west")
-		if msg := res.Verdicts["west"].Message; !strings.Contains(msg, `No family is shared by all exporting clusters; using "IPv6" from oldest service export in "east". 1/2 clusters disagree.`) {
-			t.Errorf("message %q", msg)
+		expectClusters(t, res, "east")
+		want := `Conflicting ipFamilies. No family is shared by all clusters of the service; using "IPv6" from oldest service export in "east". 1/2 clusters disagree. ` +
+			`This cluster's export has none of the service's IP families ("IPv6"), so its endpoints are left out of the service.`
+		if got := res.Verdicts["west"].Message; got != want {
+			t.Errorf("message %q, want %q", got, want)
 		}
+	})
+
+	t.Run("when no family is shared, exports with one of the oldest's families stay in the service", func(t *testing.T) {
+		res := mustMerge(t,
+			export("east", 0, families(v4, v6), vips("243.1.0.1", "fd7a:6d63:7364:1::1")),
+			export("west", 1, families(v4), ports(port("west-only", 81, corev1.ProtocolTCP))),
+			export("north", 2, families(v6)),
+			export("south", 3, families(v6), ports(port("south-only", 82, corev1.ProtocolTCP))))
+		if got := res.Spec.IPFamilies; len(got) != 2 || got[0] != v4 || got[1] != v6 || len(res.Spec.IPs) != 2 {
+			t.Errorf("families %v, ips %v, want the oldest's two", got, res.Spec.IPs)
+		}
+		expectClusters(t, res, "east", "north", "south", "west")
+		expectReasons(t, res, "PortConflict,IPFamilyConflict", "east", "west", "north", "south")
+	})
+
+	t.Run("a left-out export's ports do not join the union when no family is shared", func(t *testing.T) {
+		res := mustMerge(t, export("east", 0, families(v4)), export("west", 1, families(v6), ports(port("admin", 9000, corev1.ProtocolTCP))))
+		expectPorts(t, res, port("http", 80, corev1.ProtocolTCP))
+		expectClusters(t, res, "east")
 	})
 }
 

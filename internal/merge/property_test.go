@@ -141,8 +141,17 @@ func checkInvariants(t *testing.T, records []record.Export, res Result) {
 	if conflicted != 0 && conflicted != len(records) {
 		t.Errorf("%d of %d exports in conflict: a conflict is every export's", conflicted, len(records))
 	}
-	if !slices.IsSorted(res.Clusters) || len(res.Clusters) == 0 {
-		t.Errorf("contributing clusters %v", res.Clusters)
+	if !slices.IsSorted(res.Clusters) || len(res.Clusters) == 0 || !slices.Contains(res.Clusters, res.Oldest) {
+		t.Errorf("contributing clusters %v, oldest %q", res.Clusters, res.Oldest)
+	}
+	for _, r := range records {
+		if !slices.Contains(res.Clusters, r.Cluster) {
+			continue
+		}
+		if r.Type != res.Spec.Type || !slices.ContainsFunc(r.IPFamilies, func(f corev1.IPFamily) bool { return slices.Contains(res.Spec.IPFamilies, f) }) {
+			t.Errorf("cluster %q of type %s and families %v contributes to a %s service of families %v",
+				r.Cluster, r.Type, r.IPFamilies, res.Spec.Type, res.Spec.IPFamilies)
+		}
 	}
 	names, numbers := map[string]bool{}, map[string]bool{}
 	for _, p := range res.Spec.Ports {

@@ -118,10 +118,10 @@ func findConflicts(all []record.Export, oldest record.Export, ports []mcsv1beta1
 	if n := count(func(r record.Export) bool { return !sameFamilies(r.IPFamilies, families) }); n > 0 {
 		var s string
 		if familiesShared {
-			s = fmt.Sprintf("Conflicting ipFamilies. Using %s, the families all exporting clusters share, in the order of the oldest service export, in %q. %d/%d clusters disagree.",
+			s = fmt.Sprintf("Conflicting ipFamilies. Using %s, the families all clusters of the service share, in the order of the oldest service export, in %q. %d/%d clusters disagree.",
 				quoteFamilies(families), oldest.Cluster, n, total)
 		} else {
-			s = fmt.Sprintf("Conflicting ipFamilies. No family is shared by all exporting clusters; using %s from oldest service export in %q. %d/%d clusters disagree.",
+			s = fmt.Sprintf("Conflicting ipFamilies. No family is shared by all clusters of the service; using %s from oldest service export in %q. %d/%d clusters disagree.",
 				quoteFamilies(families), oldest.Cluster, n, total)
 		}
 		out = append(out, conflict{mcsv1beta1.ServiceExportReasonIPFamilyConflict, s})
@@ -139,8 +139,8 @@ func findConflicts(all []record.Export, oldest record.Export, ports []mcsv1beta1
 }
 
 // verdictFor is r's verdict: every conflict of the service, and for an
-// export left out of the service, a sentence saying so.
-func verdictFor(r, oldest record.Export, total int, conflicts []conflict) Verdict {
+// export left out of the service (not inService), a sentence saying why.
+func verdictFor(r, oldest record.Export, families []corev1.IPFamily, inService bool, total int, conflicts []conflict) Verdict {
 	if len(conflicts) == 0 {
 		if total == 1 {
 			return Verdict{Message: "No conflicts: this is the only export of the service."}
@@ -153,8 +153,13 @@ func verdictFor(r, oldest record.Export, total int, conflicts []conflict) Verdic
 		v.Reasons = append(v.Reasons, c.reason)
 		sentences = append(sentences, c.sentence)
 	}
-	if r.Type != oldest.Type {
+	switch {
+	case inService:
+	case r.Type != oldest.Type:
 		sentences = append(sentences, fmt.Sprintf("This cluster's export is %q, so its endpoints are left out of the service.", r.Type))
+	default:
+		sentences = append(sentences, fmt.Sprintf("This cluster's export has none of the service's IP families (%s), so its endpoints are left out of the service.",
+			quoteFamilies(families)))
 	}
 	v.Message = strings.Join(sentences, " ")
 	return v
