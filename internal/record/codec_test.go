@@ -78,6 +78,29 @@ func TestEncodeMatchesTheDocumentedRecord(t *testing.T) {
 	}
 }
 
+func TestTheDocumentedExampleIsTheExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "broker-records.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "### Example\n\n```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/broker-records.md has no example record")
+	}
+	var si mcsv1beta1.ServiceImport
+	if err := yaml.UnmarshalStrict([]byte(block), &si); err != nil {
+		t.Fatalf("the documented record does not parse: %v", err)
+	}
+	got, err := Decode(&si)
+	if err != nil {
+		t.Fatalf("the documented record is invalid: %v", err)
+	}
+	if !Equal(got, example()) || !UpToDate(&si, example()) {
+		t.Fatalf("the documented record says %+v, the example is %+v", got, example())
+	}
+}
+
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	optedOut := example()
 	optedOut.ClusterSetIPDisabled = true
