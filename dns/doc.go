@@ -1,0 +1,18 @@
+// Package dns is mcsd's authoritative DNS server for the clusterset zone
+// (clusterset.local by default) as the MCS DNS specification describes it:
+// the dns-version TXT record; A/AAAA, SRV and PTR records of ClusterSetIP
+// services; and for headless services the A/AAAA records of every ready
+// endpoint, the <hostname>.<clusterid>.<svc>.<ns>.svc names, their SRV and
+// PTR records. It also answers the reverse (in-addr.arpa, ip6.arpa) names of
+// the addresses it serves.
+//
+// It answers from an in-memory Index that informers on the local cluster's
+// ServiceImports and MCS EndpointSlices keep up to date, one service at a
+// time. A query is handled in three steps, each in its own file: the question
+// name is parsed into a small struct (question.go), looked up in the Index
+// (index.go), and the answer is built from what was found (answer.go).
+//
+// It must not call the API server while answering a query, must not make a
+// reader wait for a writer of the Index, and must not serve
+// <clusterid>.<svc>.<ns>.svc records that single out one cluster's backends.
+package dns
