@@ -1,0 +1,349 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	kuberecord "k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// Config is what the exporter needs. Clients of the local cluster read
+// exports and write their status; clients of the broker write this
+// cluster's records.
+type Config struct {
+	ClusterID       string
+	BrokerNamespace string
+
+	Local     kubernetes.Interface
+	LocalMCS  mcsclient.Interface
+	Broker    kubernetes.Interface
+	BrokerMCS mcsclient.Interface
+
+	// ClusterSetIPs is the default for exports without the
+	// AnnotationClusterSetIP annotation.
+	ClusterSetIPs bool
+	// Allocators hand out VIPs from this cluster's claimed blocks, per IP
+	// family; a family without one gets no VIPs.
+	Allocators map[corev1.IPFamily]*clustersetip.Allocator
+
+	Recorder kuberecord.EventRecorder
+	Metrics  *Metrics
+	// Workers is the number of services synced at once (default 4).
+	Workers int
+	// ResyncPeriod re-checks every export this often (default 10 min).
+	ResyncPeriod time.Duration
+}
+
+// AnnotationClusterSetIP on a ServiceExport turns its VIP on ("true") or off
+// ("false") regardless of the cluster's default.
+const AnnotationClusterSetIP = "mcsd.io/clusterset-ip"
+
+// Controller reconciles ServiceExports with the broker.
+type Controller struct {
+	cfg Config
+
+	localKube   informers.SharedInformerFactory
+	localMCS    mcsinformers.SharedInformerFactory
+	brokerKube  informers.SharedInformerFactory
+	brokerMCS   mcsinformers.SharedInformerFactory
+	exports     mcslisters.ServiceExportLister
+	services    corelisters.ServiceLister
+	slices      discoverylisters.EndpointSliceLister
+	records     mcslisters.ServiceImportLister
+	ownSlices   discoverylisters.EndpointSliceLister
+	synced      []cache.InformerSynced
+	queue       workqueue.TypedRateLimitingInterface[string]
+	vips        *vipBook
+	initialized chan struct{}
+
+	brokerMu   sync.Mutex
+	brokerDown bool
+}
+
+// New builds the exporter; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.ClusterID == "" || cfg.BrokerNamespace == "" {
+		return nil, fmt.Errorf("exporter: cluster ID and broker namespace are required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = 10 * time.Minute
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = &kuberecord.FakeRecorder{}
+	}
+	c := &Controller{
+		cfg: cfg,
+		// Failures back off to at most 10 s apart; a broker coming back is
+		// noticed sooner by ObserveBroker.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
+				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "exporter"}),
+		vips:        newVIPBook(cfg.Allocators),
+		initialized: make(chan struct{}),
+	}
+	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
+	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
+	// On the broker: every cluster's records (for the merge and VIPs), and
+	// only this cluster's slices (to update them in place).
+	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerMCS, cfg.ResyncPeriod,
+		mcsinformers.WithNamespace(cfg.BrokerNamespace),
+		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.LabelServiceNamespace }))
+	c.brokerKube = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = record.ClusterSelector(cfg.ClusterID).String()
+		}))
+
+	exportInf := c.localMCS.Multicluster().V1beta1().ServiceExports()
+	serviceInf := c.localKube.Core().V1().Services()
+	sliceInf := c.localKube.Discovery().V1().EndpointSlices()
+	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports()
+	ownSliceInf := c.brokerKube.Discovery().V1().EndpointSlices()
+	c.exports, c.services, c.slices = exportInf.Lister(), serviceInf.Lister(), sliceInf.Lister()
+	c.records, c.ownSlices = recordInf.Lister(), ownSliceInf.Lister()
+
+	enqueueObject := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueKeyOf(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueKeyOf(obj) },
+		DeleteFunc: func(obj any) { c.enqueueKeyOf(obj) },
+	}
+	if _, err := serviceInf.Informer().AddEventHandler(enqueueObject); err != nil {
+		return nil, err
+	}
+	if _, err := exportInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueKeyOf(obj) },
+		// The exporter's own status writes must not trigger another sync.
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(*mcsv1beta1.ServiceExport), obj.(*mcsv1beta1.ServiceExport)
+			if o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) || n.DeletionTimestamp != nil {
+				c.enqueueKeyOf(obj)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueueKeyOf(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueLocalSlice(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueLocalSlice(obj) },
+		DeleteFunc: func(obj any) { c.enqueueLocalSlice(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := recordInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.onRecord(nil, obj) },
+		UpdateFunc: func(old, obj any) {
+			c.onRecord(old, obj)
+		},
+		DeleteFunc: func(obj any) { c.onRecord(obj, nil) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := ownSliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Someone else changing or deleting this cluster's slices is repaired.
+		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
+		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{
+		exportInf.Informer().HasSynced, serviceInf.Informer().HasSynced, sliceInf.Informer().HasSynced,
+		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced,
+	}
+	return c, nil
+}
+
+// Run syncs until ctx ends. It first waits for every cache, then enqueues
+// the services of this cluster's existing broker records, so exports
+// deleted while the exporter was down are withdrawn.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS} {
+		f.Start(ctx.Done())
+	}
+	logger.Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("exporter: caches did not sync: %w", ctx.Err())
+	}
+	own, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	if err != nil {
+		return err
+	}
+	for _, r := range own {
+		c.enqueueBrokerObject(r)
+	}
+	slices, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, s := range slices {
+		c.enqueueBrokerObject(s)
+	}
+	close(c.initialized)
+	for i := 0; i < c.cfg.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping exporter")
+	return nil
+}
+
+// Synced reports whether the exporter has its caches and started syncing.
+func (c *Controller) Synced() bool {
+	select {
+	case <-c.initialized:
+		return true
+	default:
+		return false
+	}
+}
+
+// ObserveBroker is told whether the broker answered (the heartbeat's
+// OnRenew): when it answers again after failing, every export is synced at
+// once instead of waiting out its retry backoff.
+func (c *Controller) ObserveBroker(err error) {
+	c.brokerMu.Lock()
+	recovered := c.brokerDown && err == nil
+	c.brokerDown = err != nil
+	c.brokerMu.Unlock()
+	if !recovered || !c.Synced() {
+		return
+	}
+	exports, lerr := c.exports.List(labels.Everything())
+	if lerr != nil {
+		return
+	}
+	klog.InfoS("The broker answers again; syncing every export", "exports", len(exports))
+	for _, se := range exports {
+		c.queue.Add(se.Namespace + "/" + se.Name)
+	}
+	own, _ := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	for _, r := range own {
+		c.enqueueBrokerObject(r)
+	}
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	err := c.sync(ctx, key)
+	c.cfg.Metrics.observeSync(time.Since(start), err)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	klog.FromContext(ctx).Error(err, "Syncing export failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+func (c *Controller) enqueueKeyOf(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueLocalSlice(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	// Only the core controller's slices of a Service: never mcsd's own
+	// imported slices, which carry no kubernetes.io/service-name label.
+	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
+		c.queue.Add(s.Namespace + "/" + svc)
+	}
+}
+
+// enqueueBrokerObject enqueues the service a broker object belongs to.
+func (c *Controller) enqueueBrokerObject(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	ns, name := m.GetLabels()[record.LabelServiceNamespace], m.GetLabels()[record.LabelServiceName]
+	if ns != "" && name != "" {
+		c.queue.Add(ns + "/" + name)
+	}
+}
+
+// onRecord keeps the VIP book current and re-syncs the service: another
+// cluster's change can raise or clear this cluster's conflicts.
+func (c *Controller) onRecord(old, cur any) {
+	vipsOf := func(obj any) (string, []string) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		si, ok := obj.(*mcsv1beta1.ServiceImport)
+		if !ok || si == nil {
+			return "", nil
+		}
+		return si.Name, si.Spec.IPs
+	}
+	oldName, oldVIPs := vipsOf(old)
+	curName, curVIPs := vipsOf(cur)
+	name := curName
+	if name == "" {
+		name = oldName
+	}
+	c.vips.observe(name, oldVIPs, curVIPs)
+	if cur != nil {
+		c.enqueueBrokerObject(cur)
+	} else {
+		c.enqueueBrokerObject(old)
+	}
+}

@@ -1,0 +1,245 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// sync makes the broker hold exactly this cluster's view of one service and
+// the ServiceExport report it. It is idempotent: with nothing changed it
+// writes nothing.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("service", key)
+	export, err := c.exports.ServiceExports(namespace).Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && export.DeletionTimestamp != nil) {
+		c.cfg.Metrics.forget(namespace, name)
+		return c.withdraw(ctx, namespace, name)
+	}
+	if err != nil {
+		return err
+	}
+	status := newStatus(export)
+
+	svc, err := c.services.Services(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		status.invalid(mcsv1beta1.ServiceExportReasonNoService, fmt.Sprintf("Service %s/%s does not exist", namespace, name))
+		return errors.Join(c.withdraw(ctx, namespace, name), c.writeStatus(ctx, export, status))
+	}
+	if err != nil {
+		return err
+	}
+	own, err := record.FromService(c.cfg.ClusterID, export, svc)
+	if errors.Is(err, record.ErrExternalName) {
+		status.invalid(mcsv1beta1.ServiceExportReasonInvalidServiceType, fmt.Sprintf("Service %s/%s is of type ExternalName, which cannot be exported", namespace, name))
+		return errors.Join(c.withdraw(ctx, namespace, name), c.writeStatus(ctx, export, status))
+	}
+	if err != nil {
+		return err
+	}
+	own.ClusterSetIPDisabled = !c.clusterSetIPWanted(export)
+	status.valid()
+
+	others, existing, err := c.recordsOf(namespace, name)
+	if err != nil {
+		return err
+	}
+	if existing != nil {
+		if prev, err := record.Decode(existing); err == nil {
+			own.VIPs = prev.VIPs
+		}
+	}
+	vips, vipErr := c.vips.chooseVIPs(own, others)
+	own.VIPs = vips
+	if err := own.Validate(); err != nil {
+		status.failed(err)
+		return errors.Join(err, c.writeStatus(ctx, export, status))
+	}
+
+	if err := c.writeRecord(ctx, existing, own); err != nil {
+		c.vips.release(vips)
+		status.failed(err)
+		return errors.Join(err, c.writeStatus(ctx, export, status))
+	}
+	if err := c.writeSlices(ctx, namespace, name); err != nil {
+		status.failed(err)
+		return errors.Join(err, c.writeStatus(ctx, export, status))
+	}
+	status.exported()
+	// Reported only once written: a failed write hands the VIP back.
+	status.clusterSetIP(own, vipErr)
+
+	res, err := merge.Merge(append(others, own))
+	if err != nil {
+		return err
+	}
+	if v, ok := res.Verdict(c.cfg.ClusterID); ok {
+		status.conflict(v)
+	}
+	logger.V(4).Info("Synced export", "type", own.Type, "vips", own.VIPs, "clusters", res.Clusters)
+	return c.writeStatus(ctx, export, status)
+}
+
+// clusterSetIPWanted applies the ServiceExport's annotation over the
+// cluster default.
+func (c *Controller) clusterSetIPWanted(export *mcsv1beta1.ServiceExport) bool {
+	if v, ok := export.Annotations[AnnotationClusterSetIP]; ok {
+		if b, err := strconv.ParseBool(v); err == nil {
+			return b
+		}
+	}
+	return c.cfg.ClusterSetIPs
+}
+
+// recordsOf returns the other clusters' valid records of a service and this
+// cluster's record object, if any. Malformed records are left out: one
+// broken writer must not stop everyone's export.
+func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1beta1.ServiceImport, error) {
+	objs, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ServiceSelector(namespace, name))
+	if err != nil {
+		return nil, nil, err
+	}
+	var others []record.Export
+	var own *mcsv1beta1.ServiceImport
+	for _, o := range objs {
+		if o.Labels[record.LabelSourceCluster] == c.cfg.ClusterID {
+			own = o
+			continue
+		}
+		e, err := record.Decode(o)
+		if err != nil {
+			klog.V(2).InfoS("Ignoring a malformed broker record", "record", klog.KObj(o), "err", err)
+			continue
+		}
+		others = append(others, e)
+	}
+	return others, own, nil
+}
+
+func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.ServiceImport, own record.Export) error {
+	records := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.cfg.BrokerNamespace)
+	if existing == nil {
+		obj := record.Encode(own)
+		obj.Namespace = c.cfg.BrokerNamespace
+		_, err := records.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The cache is behind: the next sync sees the record and updates it.
+			return fmt.Errorf("broker record %s exists but is not cached yet", obj.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("creating broker record for %s/%s: %w", own.Namespace, own.Name, err)
+		}
+		c.cfg.Metrics.writes.WithLabelValues("record", "create").Inc()
+		return nil
+	}
+	if record.UpToDate(existing, own) {
+		return nil
+	}
+	if _, err := records.Update(ctx, record.Apply(existing, own), metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating broker record %s: %w", existing.Name, err)
+	}
+	c.cfg.Metrics.writes.WithLabelValues("record", "update").Inc()
+	return nil
+}
+
+// writeSlices makes this cluster's broker slices of a service match its
+// local endpoints, updating slices in place and deleting only extras.
+func (c *Controller) writeSlices(ctx context.Context, namespace, name string) error {
+	local, err := c.slices.EndpointSlices(namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+	if err != nil {
+		return err
+	}
+	want := brokerSlices(c.cfg.ClusterID, namespace, name, local)
+	have, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	if err != nil {
+		return err
+	}
+	byName := map[string]*discoveryv1.EndpointSlice{}
+	for _, s := range have {
+		byName[s.Name] = s
+	}
+	api := c.cfg.Broker.DiscoveryV1().EndpointSlices(c.cfg.BrokerNamespace)
+	var errs []error
+	for _, w := range want {
+		w.Namespace = c.cfg.BrokerNamespace
+		cur, ok := byName[w.Name]
+		delete(byName, w.Name)
+		switch {
+		case !ok:
+			if _, err := api.Create(ctx, w, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				errs = append(errs, fmt.Errorf("creating broker EndpointSlice %s: %w", w.Name, err))
+				continue
+			}
+			c.cfg.Metrics.writes.WithLabelValues("endpointslice", "create").Inc()
+		case !sliceUpToDate(cur, w):
+			upd := cur.DeepCopy()
+			for k, v := range w.Labels {
+				if upd.Labels == nil {
+					upd.Labels = map[string]string{}
+				}
+				upd.Labels[k] = v
+			}
+			upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
+			if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+				errs = append(errs, fmt.Errorf("updating broker EndpointSlice %s: %w", w.Name, err))
+				continue
+			}
+			c.cfg.Metrics.writes.WithLabelValues("endpointslice", "update").Inc()
+		}
+	}
+	for _, extra := range byName {
+		if err := api.Delete(ctx, extra.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting broker EndpointSlice %s: %w", extra.Name, err))
+			continue
+		}
+		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "delete").Inc()
+	}
+	return errors.Join(errs...)
+}
+
+// withdraw removes this cluster's record and slices of a service.
+func (c *Controller) withdraw(ctx context.Context, namespace, name string) error {
+	var errs []error
+	recs, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		err := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.cfg.BrokerNamespace).Delete(ctx, r.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("withdrawing broker record %s: %w", r.Name, err))
+			continue
+		}
+		c.cfg.Metrics.writes.WithLabelValues("record", "delete").Inc()
+		klog.InfoS("Withdrew export", "service", klog.KRef(namespace, name), "record", r.Name)
+	}
+	slices, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	if err != nil {
+		return err
+	}
+	for _, s := range slices {
+		err := c.cfg.Broker.DiscoveryV1().EndpointSlices(c.cfg.BrokerNamespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("withdrawing broker EndpointSlice %s: %w", s.Name, err))
+			continue
+		}
+		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "delete").Inc()
+	}
+	return errors.Join(errs...)
+}
