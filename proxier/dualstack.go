@@ -1,0 +1,127 @@
+package proxier
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// DualStack runs one [Proxier] per IP family behind one set of event
+// handlers: each family programs its own table ("ip mcsd", "ip6 mcsd") from
+// the ClusterSetIP and EndpointSlices of its family.
+type DualStack struct {
+	ipv4, ipv6 *Proxier
+}
+
+var _ Provider = (*DualStack)(nil)
+
+// NewDualStack returns a proxier for both families from one Config. Its
+// IPFamily and NFTables fields are ignored: ipv4 and ipv6 are the nftables
+// interfaces of each family (nil: knftables.New on this host). The two
+// proxiers share cfg's Conntrack, Registerer (metrics carry an ip_family
+// label) and Health.
+func NewDualStack(cfg Config, ipv4, ipv6 knftables.Interface) (*DualStack, error) {
+	if cfg.Conntrack == nil {
+		ct, err := NewConntrack()
+		if err != nil {
+			return nil, fmt.Errorf("proxier: %w", err)
+		}
+		cfg.Conntrack = ct
+	}
+	cfg4, cfg6 := cfg, cfg
+	cfg4.IPFamily, cfg4.NFTables = v1.IPv4Protocol, ipv4
+	cfg6.IPFamily, cfg6.NFTables = v1.IPv6Protocol, ipv6
+	p4, err := New(cfg4)
+	if err != nil {
+		return nil, err
+	}
+	p6, err := New(cfg6)
+	if err != nil {
+		return nil, err
+	}
+	return &DualStack{ipv4: p4, ipv6: p6}, nil
+}
+
+// IPv4 is the proxier of the IPv4 family.
+func (d *DualStack) IPv4() *Proxier { return d.ipv4 }
+
+// IPv6 is the proxier of the IPv6 family.
+func (d *DualStack) IPv6() *Proxier { return d.ipv6 }
+
+// OnServiceImportAdd implements [Provider].
+func (d *DualStack) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {
+	d.ipv4.OnServiceImportAdd(si)
+	d.ipv6.OnServiceImportAdd(si)
+}
+
+// OnServiceImportUpdate implements [Provider].
+func (d *DualStack) OnServiceImportUpdate(old, si *mcsv1beta1.ServiceImport) {
+	d.ipv4.OnServiceImportUpdate(old, si)
+	d.ipv6.OnServiceImportUpdate(old, si)
+}
+
+// OnServiceImportDelete implements [Provider].
+func (d *DualStack) OnServiceImportDelete(si *mcsv1beta1.ServiceImport) {
+	d.ipv4.OnServiceImportDelete(si)
+	d.ipv6.OnServiceImportDelete(si)
+}
+
+// OnServiceImportsSynced implements [Provider].
+func (d *DualStack) OnServiceImportsSynced() {
+	d.ipv4.OnServiceImportsSynced()
+	d.ipv6.OnServiceImportsSynced()
+}
+
+// OnEndpointSliceAdd implements [Provider]; each slice goes to the proxier
+// of its address type.
+func (d *DualStack) OnEndpointSliceAdd(slice *discoveryv1.EndpointSlice) {
+	d.forSlice(slice).OnEndpointSliceAdd(slice)
+}
+
+// OnEndpointSliceUpdate implements [Provider].
+func (d *DualStack) OnEndpointSliceUpdate(old, slice *discoveryv1.EndpointSlice) {
+	d.forSlice(slice).OnEndpointSliceUpdate(old, slice)
+}
+
+// OnEndpointSliceDelete implements [Provider].
+func (d *DualStack) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
+	d.forSlice(slice).OnEndpointSliceDelete(slice)
+}
+
+// OnEndpointSlicesSynced implements [Provider].
+func (d *DualStack) OnEndpointSlicesSynced() {
+	d.ipv4.OnEndpointSlicesSynced()
+	d.ipv6.OnEndpointSlicesSynced()
+}
+
+func (d *DualStack) forSlice(slice *discoveryv1.EndpointSlice) *Proxier {
+	if slice.AddressType == discoveryv1.AddressTypeIPv6 {
+		return d.ipv6
+	}
+	return d.ipv4
+}
+
+// Sync implements [Provider].
+func (d *DualStack) Sync() {
+	d.ipv4.Sync()
+	d.ipv6.Sync()
+}
+
+// SyncLoop implements [Provider]: it runs both families' loops until ctx is
+// done.
+func (d *DualStack) SyncLoop(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, p := range []*Proxier{d.ipv4, d.ipv6} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.SyncLoop(ctx)
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,169 @@
+package proxier
+
+import (
+	"net/netip"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// sliceInfo is what the proxier needs of one MCS EndpointSlice. It is
+// immutable once built and compared with reflect.DeepEqual, so a slice
+// update that changes nothing here (a new resourceVersion, a label the
+// proxier does not read) causes no sync.
+type sliceInfo struct {
+	name string
+	// cluster is the slice's source cluster.
+	cluster string
+	// servicePorts is the decoded ServicePortsAnnotation: nil when the slice
+	// has none (it serves every port it names), empty when it could not be
+	// decoded (it serves none).
+	servicePorts ServicePorts
+	// targetPorts maps ServicePortKey(name, protocol) to the endpoints' port.
+	targetPorts map[string]int32
+	endpoints   []sliceEndpoint
+}
+
+// sliceEndpoint is one endpoint of a slice.
+type sliceEndpoint struct {
+	ip                          netip.Addr
+	nodeName                    string
+	ready, serving, terminating bool
+}
+
+// newSliceInfo returns the slice's view for family and the ServiceImport it
+// belongs to. ok is false for slices the proxier ignores: not labelled with
+// multicluster.kubernetes.io/service-name, or of another address type.
+func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *sliceInfo, service types.NamespacedName, ok bool, decodeErr error) {
+	name := slice.Labels[mcsv1beta1.LabelServiceName]
+	if name == "" {
+		return nil, types.NamespacedName{}, false, nil
+	}
+	if (family == v1.IPv4Protocol && slice.AddressType != discoveryv1.AddressTypeIPv4) ||
+		(family == v1.IPv6Protocol && slice.AddressType != discoveryv1.AddressTypeIPv6) {
+		return nil, types.NamespacedName{}, false, nil
+	}
+	service = types.NamespacedName{Namespace: slice.Namespace, Name: name}
+	info = &sliceInfo{
+		name:        slice.Name,
+		cluster:     slice.Labels[mcsv1beta1.LabelSourceCluster],
+		targetPorts: map[string]int32{},
+	}
+	if value, found := slice.Annotations[ServicePortsAnnotation]; found {
+		info.servicePorts, decodeErr = DecodeServicePorts(value)
+		if decodeErr != nil {
+			info.servicePorts = ServicePorts{}
+		}
+	}
+	for _, p := range slice.Ports {
+		if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
+			continue
+		}
+		name, protocol := "", v1.ProtocolTCP
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Protocol != nil {
+			protocol = *p.Protocol
+		}
+		info.targetPorts[ServicePortKey(name, protocol)] = *p.Port
+	}
+	for _, ep := range slice.Endpoints {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		addr, err := netip.ParseAddr(ep.Addresses[0])
+		if err != nil {
+			continue
+		}
+		addr = addr.Unmap()
+		if addr.Is4() != (family == v1.IPv4Protocol) {
+			continue
+		}
+		e := sliceEndpoint{
+			ip: addr,
+			// The EndpointSlice API: a nil ready or serving means unknown,
+			// to be read as true; a nil terminating as false.
+			ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+			serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+			terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+		}
+		if ep.NodeName != nil {
+			e.nodeName = *ep.NodeName
+		}
+		info.endpoints = append(info.endpoints, e)
+	}
+	return info, service, true, decodeErr
+}
+
+// triggerTime is when the change a slice carries was made, from the
+// EndpointSlice controller's annotation; zero when it has none.
+func triggerTime(slice *discoveryv1.EndpointSlice) time.Time {
+	value, ok := slice.Annotations[v1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, value)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// endpoint is one backend of one service port: an address, the port to
+// DNAT to, and where it lives.
+type endpoint struct {
+	ip                          netip.Addr
+	port                        int32
+	cluster                     string
+	nodeName                    string
+	ready, serving, terminating bool
+}
+
+// String is "ip:port" ("[ip]:port" for IPv6), as in a dnat statement.
+func (e endpoint) String() string {
+	return netip.AddrPortFrom(e.ip, uint16(e.port)).String()
+}
+
+// endpointsFor returns the endpoints of every slice whose source cluster
+// serves port p: the slice names p (by name and protocol) and, when it says
+// which number its cluster exports it on, that number is p's. An address in
+// several slices (an endpoint moving between slices) counts once. The result
+// is sorted by address and port.
+func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
+	key := ServicePortKey(p.name, p.protocol)
+	seen := map[string]bool{}
+	var eps []endpoint
+	for _, s := range slices {
+		target, ok := s.targetPorts[key]
+		if !ok {
+			continue
+		}
+		if s.servicePorts != nil {
+			if exported, ok := s.servicePorts[key]; !ok || exported != p.port {
+				continue
+			}
+		}
+		for _, se := range s.endpoints {
+			e := endpoint{ip: se.ip, port: target, cluster: s.cluster, nodeName: se.nodeName,
+				ready: se.ready, serving: se.serving, terminating: se.terminating}
+			id := e.String()
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			eps = append(eps, e)
+		}
+	}
+	sort.Slice(eps, func(i, j int) bool {
+		if c := eps[i].ip.Compare(eps[j].ip); c != 0 {
+			return c < 0
+		}
+		return eps[i].port < eps[j].port
+	})
+	return eps
+}

@@ -1,0 +1,296 @@
+package proxier
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// The clusters of the unit tests: this node is in "east".
+const (
+	localCluster  = "east"
+	remoteCluster = "west"
+	thisNode      = "node-a"
+)
+
+// epoch is the fake clock's start.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fixture is a proxier on a strict Fake, with a fake clock and conntrack.
+type fixture struct {
+	t     *testing.T
+	nft   *strictFake
+	ct    *fakeConntrack
+	clock *clocktesting.FakeClock
+	p     *Proxier
+}
+
+// newFixture returns a proxier for family whose informers have synced
+// (with nothing); edit changes the Config first.
+func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ct: &fakeConntrack{}, clock: clocktesting.NewFakeClock(epoch)}
+	f.nft = newStrictFake(t, knftables.Family(familyWords(family).ip))
+	cfg := Config{
+		ClusterID: localCluster,
+		IPFamily:  family,
+		NFTables:  f.nft,
+		Conntrack: f.ct,
+		PodCIDRs:  []string{"10.1.0.0/16", "fd00:1::/48"},
+		Clock:     f.clock,
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	return f
+}
+
+// start delivers objects as an informer's initial list would and marks
+// both informers synced, which runs the first (full) sync.
+func (f *fixture) start(objects ...any) {
+	f.t.Helper()
+	f.add(objects...)
+	f.p.OnServiceImportsSynced()
+	f.p.OnEndpointSlicesSynced()
+	if f.p.needFullSync {
+		f.t.Fatal("the first sync failed")
+	}
+}
+
+func (f *fixture) add(objects ...any) {
+	for _, o := range objects {
+		switch o := o.(type) {
+		case *mcsv1beta1.ServiceImport:
+			f.p.OnServiceImportAdd(o)
+		case *discoveryv1.EndpointSlice:
+			f.p.OnEndpointSliceAdd(o)
+		default:
+			f.t.Fatalf("cannot add %T", o)
+		}
+	}
+}
+
+// sync runs a sync now and fails the test if it fails.
+func (f *fixture) sync() {
+	f.t.Helper()
+	if err := f.p.syncProxyRules(); err != nil {
+		f.t.Fatalf("sync failed: %v", err)
+	}
+}
+
+// fullSync makes the next sync a full one, as the periodic one is, and runs it.
+func (f *fixture) fullSync() {
+	f.t.Helper()
+	f.clock.Step(DefaultFullSyncPeriod)
+	f.sync()
+}
+
+func (f *fixture) tracer() *tracer { return newTracer(f.t, f.nft.Fake) }
+
+// assertGolden compares the table with testdata/<name>.nft.
+func (f *fixture) assertGolden(name string) {
+	f.t.Helper()
+	assertGolden(f.t, name, f.nft.Dump())
+}
+
+func assertGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".nft")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./proxier -run %s -update to create it)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("nftables table differs from %s (-want +got; -update rewrites it):\n%s", path, diff)
+	}
+}
+
+// fakeConntrack records the flows it is asked to delete.
+type fakeConntrack struct {
+	mu    sync.Mutex
+	flows []UDPFlow
+}
+
+func (c *fakeConntrack) DeleteUDPFlows(_ v1.IPFamily, flows []UDPFlow) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flows = append(c.flows, flows...)
+	return len(flows), nil
+}
+
+func (c *fakeConntrack) take() []UDPFlow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	flows := c.flows
+	c.flows = nil
+	return flows
+}
+
+var _ clock.Clock = (*clocktesting.FakeClock)(nil)
+
+// importOption changes a ServiceImport built by newImport.
+type importOption func(*mcsv1beta1.ServiceImport)
+
+// newImport returns a ClusterSetIP ServiceImport "ns/name" with the given
+// VIPs and ports.
+func newImport(name string, ips []string, ports []mcsv1beta1.ServicePort, opts ...importOption) *mcsv1beta1.ServiceImport {
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(epoch)},
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:  mcsv1beta1.ClusterSetIP,
+			IPs:   ips,
+			Ports: ports,
+		},
+	}
+	for _, o := range opts {
+		o(si)
+	}
+	return si
+}
+
+func tcpPort(name string, port int32) mcsv1beta1.ServicePort {
+	return mcsv1beta1.ServicePort{Name: name, Protocol: v1.ProtocolTCP, Port: port}
+}
+
+func udpPort(name string, port int32) mcsv1beta1.ServicePort {
+	return mcsv1beta1.ServicePort{Name: name, Protocol: v1.ProtocolUDP, Port: port}
+}
+
+func withAffinity(seconds int32) importOption {
+	return func(si *mcsv1beta1.ServiceImport) {
+		si.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		si.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To(seconds)}}
+	}
+}
+
+func withTrafficDistribution(d string) importOption {
+	return func(si *mcsv1beta1.ServiceImport) { si.Spec.TrafficDistribution = ptr.To(d) }
+}
+
+func withInternalTrafficPolicy(p v1.ServiceInternalTrafficPolicy) importOption {
+	return func(si *mcsv1beta1.ServiceImport) { si.Spec.InternalTrafficPolicy = ptr.To(p) }
+}
+
+func createdAt(t time.Time) importOption {
+	return func(si *mcsv1beta1.ServiceImport) { si.CreationTimestamp = metav1.NewTime(t) }
+}
+
+// slicePort is one port of an MCS EndpointSlice: the service port's name
+// and protocol, the number the source cluster exports it on (0: not in the
+// annotation) and the endpoints' port.
+type slicePort struct {
+	name        string
+	protocol    v1.Protocol
+	servicePort int32
+	targetPort  int32
+}
+
+func tcp(name string, servicePort, targetPort int32) slicePort {
+	return slicePort{name, v1.ProtocolTCP, servicePort, targetPort}
+}
+
+func udp(name string, servicePort, targetPort int32) slicePort {
+	return slicePort{name, v1.ProtocolUDP, servicePort, targetPort}
+}
+
+// newSlice returns the MCS EndpointSlice "<service>-<cluster>[-suffix]" of
+// cluster's endpoints for service, with the service-ports annotation.
+func newSlice(service, cluster string, ports []slicePort, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	addressType := discoveryv1.AddressTypeIPv4
+	for _, e := range eps {
+		if a, err := netip.ParseAddr(e.Addresses[0]); err == nil && a.Is6() {
+			addressType = discoveryv1.AddressTypeIPv6
+		}
+	}
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns",
+			Name:      service + "-" + cluster + "-" + string(addressType),
+			Labels: map[string]string{
+				mcsv1beta1.LabelServiceName:      service,
+				mcsv1beta1.LabelSourceCluster:    cluster,
+				discoveryv1.LabelManagedBy:       "mcsd.io",
+			},
+			Annotations: map[string]string{},
+		},
+		AddressType: addressType,
+		Endpoints:   eps,
+	}
+	exported := ServicePorts{}
+	for _, p := range ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.name), Protocol: ptr.To(p.protocol), Port: ptr.To(p.targetPort)})
+		if p.servicePort != 0 {
+			exported.Add(p.name, p.protocol, p.servicePort)
+		}
+	}
+	s.Annotations[ServicePortsAnnotation] = exported.Encode()
+	return s
+}
+
+func withoutAnnotation(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	delete(s.Annotations, ServicePortsAnnotation)
+	return s
+}
+
+func named(s *discoveryv1.EndpointSlice, name string) *discoveryv1.EndpointSlice {
+	s.Name = name
+	return s
+}
+
+// ready is a ready endpoint; the other constructors are its variants.
+func ready(ip string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{
+		Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}
+}
+
+func notReady(ip string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{
+		Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(false)}}
+}
+
+func terminating(ip string, serving bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{
+		Ready: ptr.To(false), Serving: ptr.To(serving), Terminating: ptr.To(true)}}
+}
+
+func onNode(e discoveryv1.Endpoint, node string) discoveryv1.Endpoint {
+	e.NodeName = ptr.To(node)
+	return e
+}
+
+// Addresses used by the tests.
+var (
+	podClient  = netip.MustParseAddr("10.1.9.9")   // a pod of this cluster
+	hostClient = netip.MustParseAddr("192.0.2.10") // outside the pod CIDRs
+)
+
+func pkt(src netip.Addr, dst string, proto string, port int) packet {
+	return packet{src: src, dst: netip.MustParseAddr(dst), proto: proto, dport: port}
+}

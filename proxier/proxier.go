@@ -1,0 +1,347 @@
+package proxier
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// DefaultMasqueradeMark is the packet mark bit the proxier sets on traffic
+// to masquerade, unless [Config.MasqueradeMark] says otherwise. It is bit 12,
+// not kube-proxy's 0x4000: README.md explains the choice.
+const DefaultMasqueradeMark uint32 = 0x1000
+
+// Defaults for the sync periods in [Config].
+const (
+	DefaultMinSyncPeriod  = time.Second
+	DefaultSyncPeriod     = 30 * time.Second
+	DefaultFullSyncPeriod = time.Hour
+)
+
+// Config configures a [Proxier]. ClusterID and IPFamily are required; every
+// other field has a default.
+type Config struct {
+	// ClusterID is the ID of this node's cluster: endpoints whose
+	// EndpointSlice has it as multicluster.kubernetes.io/source-cluster are
+	// local.
+	ClusterID string
+	// NodeName is this node's name. When set, internalTrafficPolicy Local
+	// means this node's endpoints of the local cluster; when empty, all
+	// endpoints of the local cluster.
+	NodeName string
+	// IPFamily is the family this proxier serves: v1.IPv4Protocol or
+	// v1.IPv6Protocol. [NewDualStack] runs one per family.
+	IPFamily v1.IPFamily
+
+	// NFTables is the nftables interface for table [TableName] of IPFamily's
+	// family ("ip" or "ip6"). Nil means knftables.New on this host; tests
+	// pass knftables.NewFake.
+	NFTables knftables.Interface
+	// Conntrack deletes stale UDP conntrack entries. Nil means
+	// [NewConntrack] in the calling thread's network namespace.
+	Conntrack Conntrack
+
+	// MasqueradeMark is the single mark bit that flags packets for
+	// masquerading between the nat hooks. Zero means
+	// [DefaultMasqueradeMark].
+	MasqueradeMark uint32
+	// MasqueradeAll masquerades all traffic to ClusterSetIPs.
+	MasqueradeAll bool
+	// PodCIDRs are the CIDRs of this cluster's pod network (either family;
+	// each proxier takes its own). Traffic to a ClusterSetIP from any other
+	// source (this node's own addresses, other hosts) is masqueraded so
+	// that replies come back through this node. Empty means no such
+	// masquerading (only hairpin traffic is masqueraded) unless
+	// MasqueradeAll.
+	PodCIDRs []string
+	// PreferLocalCluster treats every ServiceImport as if it had
+	// trafficDistribution PreferClose: endpoints of the local cluster are
+	// used while there are any.
+	PreferLocalCluster bool
+
+	// MinSyncPeriod is the least time between two syncs (default
+	// DefaultMinSyncPeriod); changes that arrive meanwhile are applied
+	// together.
+	MinSyncPeriod time.Duration
+	// SyncPeriod is the most time between two syncs (default
+	// DefaultSyncPeriod); a sync with nothing to change costs nothing but
+	// deleting stale chains.
+	SyncPeriod time.Duration
+	// FullSyncPeriod is how often every rule is rewritten, repairing
+	// changes made behind the proxier's back (default
+	// DefaultFullSyncPeriod). Other syncs rewrite only what changed.
+	FullSyncPeriod time.Duration
+
+	// Registerer receives the proxier's metrics; nil means none. Both
+	// proxiers of a dual-stack pair may use the same one.
+	Registerer prometheus.Registerer
+	// Health is told about queued and applied updates; nil means nobody.
+	Health HealthRecorder
+	// Clock is the time source; nil means the real clock.
+	Clock clock.Clock
+}
+
+// Provider is what an embedder drives: the event handlers of its informers
+// and the sync loop. [Proxier] and [DualStack] implement it.
+type Provider interface {
+	// OnServiceImportAdd is called when a ServiceImport is created.
+	OnServiceImportAdd(si *mcsv1beta1.ServiceImport)
+	// OnServiceImportUpdate is called when a ServiceImport changes.
+	OnServiceImportUpdate(old, si *mcsv1beta1.ServiceImport)
+	// OnServiceImportDelete is called when a ServiceImport is deleted.
+	OnServiceImportDelete(si *mcsv1beta1.ServiceImport)
+	// OnServiceImportsSynced is called once the initial ServiceImports
+	// have all been delivered.
+	OnServiceImportsSynced()
+	// OnEndpointSliceAdd is called when an EndpointSlice is created.
+	OnEndpointSliceAdd(slice *discoveryv1.EndpointSlice)
+	// OnEndpointSliceUpdate is called when an EndpointSlice changes.
+	OnEndpointSliceUpdate(old, slice *discoveryv1.EndpointSlice)
+	// OnEndpointSliceDelete is called when an EndpointSlice is deleted.
+	OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice)
+	// OnEndpointSlicesSynced is called once the initial EndpointSlices
+	// have all been delivered.
+	OnEndpointSlicesSynced()
+	// Sync asks for the rules to be brought up to date soon.
+	Sync()
+	// SyncLoop applies changes until ctx is done.
+	SyncLoop(ctx context.Context)
+}
+
+// Proxier programs one IP family's nftables table from ServiceImports and
+// MCS EndpointSlices. Its event handlers only record changes; its sync loop
+// applies them in one nftables transaction per sync. Create it with [New].
+type Proxier struct {
+	family    v1.IPFamily
+	words     words
+	static    staticOptions
+	policy    trafficPolicy
+	nft       knftables.Interface
+	conntrack Conntrack
+	clock     clock.Clock
+	metrics   *metrics
+	health    HealthRecorder
+	logger    klog.Logger
+	tracker   *changeTracker
+	runner    *runner
+
+	fullSyncPeriod time.Duration
+
+	// initialized is set once both informers have synced; no sync runs
+	// before, so as not to program a partial view.
+	initialized atomic.Bool
+
+	mu             sync.Mutex // guards everything below; held by syncs
+	importsSynced  bool
+	slicesSynced   bool
+	services       map[types.NamespacedName]*serviceInfo
+	slices         map[types.NamespacedName][]*sliceInfo
+	vipClaims      map[string]map[types.NamespacedName]bool
+	committed      map[types.NamespacedName]*renderedService
+	elements       *elementStore
+	staleChains    map[string]time.Time
+	needFullSync   bool
+	needListing    bool
+	baseChainsDone bool
+	lastFullSync   time.Time
+}
+
+var _ Provider = (*Proxier)(nil)
+
+// New returns a Proxier for cfg. It touches nothing in the kernel until its
+// first sync.
+func New(cfg Config) (*Proxier, error) {
+	if cfg.ClusterID == "" {
+		return nil, fmt.Errorf("proxier: a cluster ID is required (the local cluster's multicluster.kubernetes.io/source-cluster value)")
+	}
+	if cfg.IPFamily != v1.IPv4Protocol && cfg.IPFamily != v1.IPv6Protocol {
+		return nil, fmt.Errorf("proxier: IP family %q is neither %s nor %s", cfg.IPFamily, v1.IPv4Protocol, v1.IPv6Protocol)
+	}
+	mark := cfg.MasqueradeMark
+	if mark == 0 {
+		mark = DefaultMasqueradeMark
+	}
+	if bits.OnesCount32(mark) != 1 {
+		return nil, fmt.Errorf("proxier: masquerade mark %#x must be a single bit", mark)
+	}
+	w := familyWords(cfg.IPFamily)
+	var podCIDRs []string
+	for _, c := range cfg.PodCIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("proxier: pod CIDR %q: %w", c, err)
+		}
+		if prefix.Addr().Is4() == (cfg.IPFamily == v1.IPv4Protocol) {
+			podCIDRs = append(podCIDRs, prefix.Masked().String())
+		}
+	}
+	minSync := orDefault(cfg.MinSyncPeriod, DefaultMinSyncPeriod)
+	syncPeriod := orDefault(cfg.SyncPeriod, DefaultSyncPeriod)
+	if minSync > syncPeriod {
+		return nil, fmt.Errorf("proxier: minimum sync period %v is longer than the sync period %v", minSync, syncPeriod)
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	nft := cfg.NFTables
+	if nft == nil {
+		if nft, err = knftables.New(knftables.Family(w.ip), TableName); err != nil {
+			return nil, fmt.Errorf("proxier: nftables is not usable: %w", err)
+		}
+	}
+	ct := cfg.Conntrack
+	if ct == nil {
+		if ct, err = NewConntrack(); err != nil {
+			return nil, fmt.Errorf("proxier: %w", err)
+		}
+	}
+	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
+	p := &Proxier{
+		family: cfg.IPFamily,
+		words:  w,
+		static: staticOptions{
+			words:         w,
+			mark:          fmt.Sprintf("%#x", mark),
+			masqueradeAll: cfg.MasqueradeAll,
+			podCIDRs:      podCIDRs,
+		},
+		policy: trafficPolicy{
+			localCluster:       cfg.ClusterID,
+			nodeName:           cfg.NodeName,
+			preferLocalCluster: cfg.PreferLocalCluster,
+		},
+		nft:            nft,
+		conntrack:      ct,
+		clock:          clk,
+		metrics:        m,
+		health:         cfg.Health,
+		logger:         logger,
+		tracker:        newChangeTracker(cfg.IPFamily, clk, m, logger),
+		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
+		services:       map[types.NamespacedName]*serviceInfo{},
+		slices:         map[types.NamespacedName][]*sliceInfo{},
+		vipClaims:      map[string]map[types.NamespacedName]bool{},
+		committed:      map[types.NamespacedName]*renderedService{},
+		elements:       newElementStore(logger),
+		staleChains:    map[string]time.Time{},
+		needFullSync:   true,
+		needListing:    true,
+	}
+	p.runner = newRunner(p.syncProxyRules, minSync, syncPeriod, clk)
+	return p, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// OnServiceImportAdd implements [Provider].
+func (p *Proxier) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {
+	p.OnServiceImportUpdate(nil, si)
+}
+
+// OnServiceImportUpdate implements [Provider].
+func (p *Proxier) OnServiceImportUpdate(old, si *mcsv1beta1.ServiceImport) {
+	if p.tracker.serviceUpdate(old, si) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+// OnServiceImportDelete implements [Provider].
+func (p *Proxier) OnServiceImportDelete(si *mcsv1beta1.ServiceImport) {
+	p.OnServiceImportUpdate(si, nil)
+}
+
+// OnServiceImportsSynced implements [Provider]. Once EndpointSlices have
+// synced too, it syncs at once.
+func (p *Proxier) OnServiceImportsSynced() {
+	p.mu.Lock()
+	p.importsSynced = true
+	ready := p.slicesSynced
+	p.mu.Unlock()
+	p.startSyncing(ready)
+}
+
+// OnEndpointSliceAdd implements [Provider]. Slices without the
+// multicluster.kubernetes.io/service-name label, or of the other family, are
+// ignored.
+func (p *Proxier) OnEndpointSliceAdd(slice *discoveryv1.EndpointSlice) {
+	if p.tracker.sliceUpdate(slice, false) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+// OnEndpointSliceUpdate implements [Provider].
+func (p *Proxier) OnEndpointSliceUpdate(_, slice *discoveryv1.EndpointSlice) {
+	p.OnEndpointSliceAdd(slice)
+}
+
+// OnEndpointSliceDelete implements [Provider].
+func (p *Proxier) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
+	if p.tracker.sliceUpdate(slice, true) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+// OnEndpointSlicesSynced implements [Provider]. Once ServiceImports have
+// synced too, it syncs at once.
+func (p *Proxier) OnEndpointSlicesSynced() {
+	p.mu.Lock()
+	p.slicesSynced = true
+	ready := p.importsSynced
+	p.mu.Unlock()
+	p.startSyncing(ready)
+}
+
+func (p *Proxier) startSyncing(ready bool) {
+	if !ready {
+		return
+	}
+	p.initialized.Store(true)
+	// Once per lifetime, and before the loop may even run: the first full
+	// sync.
+	_ = p.syncProxyRules()
+}
+
+// Sync implements [Provider].
+func (p *Proxier) Sync() {
+	if p.health != nil {
+		p.health.QueuedUpdate(p.family)
+	}
+	p.metrics.lastQueued.WithLabelValues(string(p.family)).SetToCurrentTime()
+	p.runner.Run()
+}
+
+// SyncLoop implements [Provider]: it runs syncs as changes ask for them (at
+// most every MinSyncPeriod), every SyncPeriod anyway, and a full sync every
+// FullSyncPeriod, until ctx is done.
+func (p *Proxier) SyncLoop(ctx context.Context) {
+	if p.health != nil {
+		// Healthy until a queued update is late, even if no sync ever
+		// succeeds.
+		p.health.Updated(p.family)
+	}
+	p.metrics.lastQueued.WithLabelValues(string(p.family)).SetToCurrentTime()
+	p.runner.Loop(ctx)
+}

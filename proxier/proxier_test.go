@@ -1,0 +1,728 @@
+package proxier
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	"sigs.k8s.io/knftables"
+)
+
+const vip = "243.1.0.10"
+
+func nameOf(si *mcsv1beta1.ServiceImport) types.NamespacedName {
+	return types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
+}
+
+// webImport is the import most tests use: http/TCP/80 and dns/UDP/53.
+func webImport(opts ...importOption) *mcsv1beta1.ServiceImport {
+	return newImport("web", []string{vip, "fd00:243::10"}, []mcsv1beta1.ServicePort{tcpPort("http", 80), udpPort("dns", 53)}, opts...)
+}
+
+// webSlices are web's endpoints: two in each cluster, both exporting http
+// on 80 and dns on 53.
+func webSlices() []any {
+	return []any{
+		newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.1.0.1"), ready("10.1.0.2")),
+		newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1"), ready("10.2.0.2")),
+	}
+}
+
+func TestGoldenRulesets(t *testing.T) {
+	t.Run("two clusters, TCP and UDP, no affinity", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.assertGolden("basic")
+	})
+	t.Run("ClientIP session affinity", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport(withAffinity(60)))...)
+		f.assertGolden("affinity")
+	})
+	t.Run("no endpoints, and internalTrafficPolicy Local without local endpoints", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(
+			newImport("empty", []string{"243.1.0.20"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+			newImport("local", []string{"243.1.0.21"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
+				withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)),
+			newSlice("local", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
+		)
+		f.assertGolden("no-endpoints")
+	})
+	t.Run("masquerade all", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeMark = 0x4000 })
+		f.start(append(webSlices(), webImport())...)
+		f.assertGolden("masquerade-all")
+	})
+	t.Run("IPv6", func(t *testing.T) {
+		f := newFixture(t, v1.IPv6Protocol)
+		f.start(webImport(withAffinity(30)),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:1::1")),
+			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")),
+		)
+		f.assertGolden("ipv6")
+	})
+}
+
+func TestBalancing(t *testing.T) {
+	t.Run("a ClusterSetIP port reaches the ready endpoints of every cluster", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		tr := f.tracer()
+		got := endpoints(t, tr.trace(pkt(podClient, vip, "tcp", 80)))
+		want := []string{"10.1.0.1:8080", "10.1.0.2:8080", "10.2.0.1:8080", "10.2.0.2:8080"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("TCP endpoints (-want +got):\n%s", diff)
+		}
+		got = endpoints(t, tr.trace(pkt(podClient, vip, "udp", 53)))
+		want = []string{"10.1.0.1:5353", "10.1.0.2:5353", "10.2.0.1:5353", "10.2.0.2:5353"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("UDP endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a cluster that exports the port name on another number gets none of its traffic", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")),
+			newSlice("web", remoteCluster, []slicePort{tcp("http", 8080, 8080)}, ready("10.2.0.1")),
+		)
+		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, got); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a cluster that does not export a port gets none of its traffic", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.1.0.1")),
+			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
+		)
+		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "udp", 53)))
+		if diff := cmp.Diff([]string{"10.1.0.1:5353"}, got); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a slice without the service-ports annotation serves the ports it names", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			withoutAnnotation(newSlice("web", remoteCluster, []slicePort{tcp("http", 0, 9090)}, ready("10.2.0.1"))),
+		)
+		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))
+		if diff := cmp.Diff([]string{"10.2.0.1:9090"}, got); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a slice with an invalid service-ports annotation serves nothing", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		bad := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
+		bad.Annotations[ServicePortsAnnotation] = `{"http":80}`
+		f.start(webImport(), bad)
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("verdicts %v, want reject", got)
+		}
+	})
+	t.Run("an endpoint listed in two slices counts once", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")), "a"),
+			named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"), ready("10.2.0.2")), "b"),
+		)
+		outs := f.tracer().trace(pkt(podClient, vip, "tcp", 80))
+		if len(outs) != 2 {
+			t.Errorf("%d numgen branches, want 2: %v", len(outs), outs)
+		}
+	})
+	t.Run("traffic to a port the ClusterSetIP does not have is rejected", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		for _, p := range []packet{pkt(podClient, vip, "tcp", 81), pkt(podClient, vip, "udp", 80), pkt(podClient, vip, "icmp", 0)} {
+			if got := verdicts(f.tracer().trace(p)); !slices.Equal(got, []string{"reject"}) {
+				t.Errorf("%s/%d: verdicts %v, want reject", p.proto, p.dport, got)
+			}
+		}
+	})
+	t.Run("traffic to other addresses is left alone", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		outs := f.tracer().trace(pkt(podClient, "10.2.0.1", "tcp", 8080))
+		if got := verdicts(outs); !slices.Equal(got, []string{"accept"}) || outs[0].masquerade {
+			t.Errorf("outcomes %v, want accepted untouched", outs)
+		}
+	})
+	t.Run("a headless import or one without a VIP of the family programs nothing", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		headless := newImport("headless", nil, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
+		headless.Spec.Type = mcsv1beta1.Headless
+		f.start(headless, newImport("v6only", []string{"fd00:243::30"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+			newSlice("headless", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")))
+		if n := len(f.nft.Table.Maps[serviceIPsMap].Elements) + len(f.nft.Table.Sets[clustersetIPsSet].Elements); n != 0 {
+			t.Errorf("%d elements programmed, want none", n)
+		}
+	})
+}
+
+func TestReadiness(t *testing.T) {
+	cases := []struct {
+		name string
+		eps  []discoveryv1.Endpoint
+		want []string
+	}{
+		{"only ready endpoints get traffic",
+			[]discoveryv1.Endpoint{ready("10.2.0.1"), notReady("10.2.0.2"), terminating("10.2.0.3", true)},
+			[]string{"10.2.0.1:8080"}},
+		{"serving terminating endpoints get traffic when none is ready",
+			[]discoveryv1.Endpoint{notReady("10.2.0.2"), terminating("10.2.0.3", true), terminating("10.2.0.4", false)},
+			[]string{"10.2.0.3:8080"}},
+		{"an endpoint without conditions is ready",
+			[]discoveryv1.Endpoint{{Addresses: []string{"10.2.0.5"}}},
+			[]string{"10.2.0.5:8080"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, c.eps...))
+			if diff := cmp.Diff(c.want, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("endpoints neither ready nor serving-and-terminating mean no endpoints: reject", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.2.0.2"), terminating("10.2.0.4", false)))
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("verdicts %v, want reject", got)
+		}
+	})
+	t.Run("a ready endpoint elsewhere is preferred to a terminating local one, even with PreferClose", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, terminating("10.1.0.1", true)),
+			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")))
+		if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestNoEndpoints(t *testing.T) {
+	t.Run("an import without endpoints rejects at once, TCP and UDP", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport())
+		for _, p := range []packet{pkt(podClient, vip, "tcp", 80), pkt(podClient, vip, "udp", 53)} {
+			outs := f.tracer().trace(p)
+			if got := verdicts(outs); !slices.Equal(got, []string{"reject"}) {
+				t.Errorf("%s: verdicts %v, want reject", p.proto, got)
+			}
+			if !slices.ContainsFunc(outs[0].trail, func(r string) bool { return strings.HasPrefix(r, endpointsCheckChain) }) {
+				t.Errorf("%s: rejected, but not by the no-endpoints check:\n%s", p.proto, strings.Join(outs[0].trail, "\n"))
+			}
+		}
+		p := pkt(podClient, vip, "tcp", 80)
+		p.fromHost = true
+		if got := verdicts(f.tracer().trace(p)); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("from the host: verdicts %v, want reject", got)
+		}
+	})
+	t.Run("endpoints going away turn the port into a reject, and coming back undo it", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		slices := webSlices()
+		f.start(append(slices, webImport())...)
+		f.p.OnEndpointSliceDelete(slices[0].(*discoveryv1.EndpointSlice))
+		f.p.OnEndpointSliceDelete(slices[1].(*discoveryv1.EndpointSlice))
+		f.sync()
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); len(got) != 1 || got[0] != "reject" {
+			t.Errorf("without endpoints: verdicts %v, want reject", got)
+		}
+		f.add(slices...)
+		f.sync()
+		if got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
+			t.Errorf("endpoints back: %v", got)
+		}
+		f.assertGolden("basic")
+	})
+}
+
+func TestTrafficPolicies(t *testing.T) {
+	local := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b"))
+	remote := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.2.0.1"), thisNode))
+	trace := func(f *fixture) []outcome { return f.tracer().trace(pkt(podClient, vip, "tcp", 80)) }
+
+	t.Run("PreferClose sends traffic to the local cluster only", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)), local, remote)
+		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("PreferClose fails over to other clusters when the local endpoints go", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone)), local, remote)
+		down := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1"), notReady("10.1.0.2"))
+		f.p.OnEndpointSliceUpdate(local, down)
+		f.sync()
+		if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+		f.p.OnEndpointSliceUpdate(down, local)
+		f.sync()
+		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("after recovery (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the PreferLocalCluster setting applies PreferClose to every import", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PreferLocalCluster = true })
+		f.start(webImport(), local, remote)
+		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("an unknown trafficDistribution is no preference", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withTrafficDistribution("Anywhere")), local, remote)
+		if got := endpoints(t, trace(f)); len(got) != 3 {
+			t.Errorf("endpoints %v, want all three", got)
+		}
+	})
+	t.Run("internalTrafficPolicy Local uses the local cluster's endpoints", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
+		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("internalTrafficPolicy Local with a node name uses this node's endpoints of the local cluster", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
+		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("internalTrafficPolicy Local drops traffic when only other clusters have endpoints, and rejects when nobody has", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), remote)
+		if got := verdicts(trace(f)); !slices.Equal(got, []string{"drop"}) {
+			t.Errorf("verdicts %v, want drop", got)
+		}
+		// The no-endpoints verdict changes: the kernel needs a delete
+		// before the add (the strict Fake checks it).
+		f.p.OnEndpointSliceDelete(remote)
+		f.sync()
+		if got := verdicts(trace(f)); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("verdicts %v, want reject", got)
+		}
+		tx := f.nft.LastTransaction.String()
+		del := strings.Index(tx, "delete element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 }")
+		add := strings.Index(tx, "add element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 : goto reject-chain }")
+		if del < 0 || add < del {
+			t.Errorf("the verdict change is not a delete followed by an add:\n%s", tx)
+		}
+	})
+}
+
+func TestSessionAffinity(t *testing.T) {
+	f := newFixture(t, v1.IPv4Protocol)
+	f.start(append(webSlices(), webImport(withAffinity(60)))...)
+	tr := f.tracer()
+	p := pkt(podClient, vip, "tcp", 80)
+	outs := tr.trace(p)
+	if got := endpoints(t, outs); len(got) != 4 {
+		t.Fatalf("a new client can reach %v, want all four endpoints", got)
+	}
+	for _, o := range outs {
+		if o.affinitySet == "" {
+			t.Fatalf("path to %s records no affinity", o.endpoint)
+		}
+	}
+	tr.remember(p, outs[2])
+	if diff := cmp.Diff([]string{outs[2].endpoint}, endpoints(t, tr.trace(p))); diff != "" {
+		t.Errorf("a remembered client goes elsewhere (-want +got):\n%s", diff)
+	}
+	other := pkt(netip.MustParseAddr("10.1.9.10"), vip, "tcp", 80)
+	if got := endpoints(t, tr.trace(other)); len(got) != 4 {
+		t.Errorf("another client can reach %v, want all four", got)
+	}
+	set := f.nft.Table.Sets[outs[2].affinitySet]
+	if set.Timeout == nil || set.Timeout.Seconds() != 60 {
+		t.Errorf("affinity set timeout %v, want 60s", set.Timeout)
+	}
+
+	t.Run("a new timeout makes new sets and deletes the old ones", func(t *testing.T) {
+		f.p.OnServiceImportUpdate(webImport(withAffinity(60)), webImport(withAffinity(120)))
+		f.sync()
+		if f.nft.Table.Sets[outs[2].affinitySet] != nil {
+			t.Errorf("old affinity set %s is still there", outs[2].affinitySet)
+		}
+		n := 0
+		for name, s := range f.nft.Table.Sets {
+			if strings.HasPrefix(name, affinitySetPrefix) {
+				n++
+				if s.Timeout.Seconds() != 120 {
+					t.Errorf("set %s has timeout %v", name, s.Timeout)
+				}
+			}
+		}
+		if n != 8 {
+			t.Errorf("%d affinity sets, want 8 (2 ports x 4 endpoints)", n)
+		}
+	})
+	t.Run("turning affinity off deletes the sets and endpoint chains", func(t *testing.T) {
+		f.p.OnServiceImportUpdate(webImport(withAffinity(120)), webImport())
+		f.sync()
+		f.clock.Step(staleChainDelay)
+		f.sync()
+		f.assertGolden("basic")
+	})
+}
+
+func TestMasquerade(t *testing.T) {
+	t.Run("pod traffic keeps its source; other sources and the host are masqueraded", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		check := func(name string, p packet, want bool) {
+			for _, o := range f.tracer().trace(p) {
+				if o.verdict != "dnat" || o.masquerade != want {
+					t.Errorf("%s: outcome %v, want DNAT with masquerade=%v", name, o, want)
+				}
+			}
+		}
+		check("from a pod", pkt(podClient, vip, "tcp", 80), false)
+		check("from another host", pkt(hostClient, vip, "tcp", 80), true)
+		fromHost := pkt(hostClient, vip, "tcp", 80)
+		fromHost.fromHost = true
+		check("from the node", fromHost, true)
+	})
+	t.Run("an endpoint reaching itself through the ClusterSetIP is masqueraded", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		self := netip.MustParseAddr("10.1.0.1")
+		for _, o := range f.tracer().trace(pkt(self, vip, "tcp", 80)) {
+			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
+				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+			}
+		}
+	})
+	t.Run("MasqueradeAll masquerades pod traffic too", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true })
+		f.start(append(webSlices(), webImport())...)
+		for _, o := range f.tracer().trace(pkt(podClient, vip, "tcp", 80)) {
+			if !o.masquerade {
+				t.Errorf("outcome %v not masqueraded", o)
+			}
+		}
+	})
+	t.Run("without pod CIDRs only hairpin traffic is masqueraded", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PodCIDRs = nil })
+		f.start(append(webSlices(), webImport())...)
+		for _, o := range f.tracer().trace(pkt(hostClient, vip, "tcp", 80)) {
+			if o.masquerade {
+				t.Errorf("outcome %v masqueraded", o)
+			}
+		}
+	})
+}
+
+func TestPartialSync(t *testing.T) {
+	other := newImport("other", []string{"243.1.0.11"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
+	otherSlice := newSlice("other", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.9"))
+	setup := func(t *testing.T) *fixture {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport(), other, otherSlice)...)
+		return f
+	}
+
+	t.Run("an endpoint change rewrites only that service's chain", func(t *testing.T) {
+		f := setup(t)
+		s := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1"))
+		f.p.OnEndpointSliceUpdate(nil, s)
+		f.sync()
+		tx := f.nft.LastTransaction.String()
+		webHTTP := serviceChainName(nameOf(webImport()), v1.ProtocolTCP, 80)
+		if !strings.Contains(tx, "flush chain ip mcsd "+webHTTP) {
+			t.Errorf("web's chain was not rewritten:\n%s", tx)
+		}
+		for _, unwanted := range []string{"other/", "add table", "flush map", "flush set", "243.1.0.11", "filter-"} {
+			if strings.Contains(tx, unwanted) {
+				t.Errorf("partial sync touches %q:\n%s", unwanted, tx)
+			}
+		}
+		if got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80))); len(got) != 3 {
+			t.Errorf("endpoints %v, want three", got)
+		}
+	})
+	t.Run("an update that changes nothing the proxier uses syncs nothing", func(t *testing.T) {
+		f := setup(t)
+		runs := f.nft.runs
+		s := otherSlice.DeepCopy()
+		s.ResourceVersion = "2"
+		s.Labels["unrelated"] = "x"
+		if f.p.tracker.sliceUpdate(s, false) {
+			t.Error("an irrelevant slice update is reported as a change")
+		}
+		f.sync()
+		if f.nft.runs != runs {
+			t.Errorf("%d transactions ran for no change", f.nft.runs-runs)
+		}
+	})
+	t.Run("a change undone before the sync syncs nothing", func(t *testing.T) {
+		f := setup(t)
+		changed := newImport("other", []string{"243.1.0.11"}, []mcsv1beta1.ServicePort{tcpPort("http", 81)})
+		f.p.OnServiceImportUpdate(other, changed)
+		f.p.OnServiceImportUpdate(changed, other)
+		runs := f.nft.runs
+		f.sync()
+		if f.nft.runs != runs {
+			t.Errorf("%d transactions ran for an undone change", f.nft.runs-runs)
+		}
+	})
+	t.Run("syncs after the first never list the ruleset", func(t *testing.T) {
+		f := setup(t)
+		lists := f.nft.listCalls()
+		f.p.OnServiceImportDelete(other)
+		f.sync()
+		f.clock.Step(staleChainDelay)
+		f.sync()
+		f.fullSync()
+		if n := f.nft.listCalls() - lists; n != 0 {
+			t.Errorf("%d list calls after the first sync", n)
+		}
+	})
+	t.Run("a removed service's chain is flushed, then deleted a moment later", func(t *testing.T) {
+		f := setup(t)
+		chain := serviceChainName(nameOf(other), v1.ProtocolTCP, 80)
+		f.p.OnServiceImportDelete(other)
+		f.p.OnEndpointSliceDelete(otherSlice)
+		f.sync()
+		c := f.nft.Table.Chains[chain]
+		if c == nil || len(c.Rules) != 0 {
+			t.Fatalf("chain %s after the delete: %+v, want present and empty", chain, c)
+		}
+		f.sync()
+		if f.nft.Table.Chains[chain] == nil {
+			t.Fatalf("chain %s deleted at once", chain)
+		}
+		f.clock.Step(staleChainDelay)
+		f.sync()
+		if f.nft.Table.Chains[chain] != nil {
+			t.Errorf("chain %s still there a second later", chain)
+		}
+		if got := verdicts(f.tracer().trace(pkt(podClient, "243.1.0.11", "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
+			t.Errorf("traffic to the removed ClusterSetIP: %v, want untouched", got)
+		}
+	})
+	t.Run("a chain that comes back before its deletion is rewritten, not deleted", func(t *testing.T) {
+		f := setup(t)
+		f.p.OnEndpointSliceDelete(otherSlice)
+		f.sync()
+		f.p.OnEndpointSliceAdd(otherSlice)
+		f.clock.Step(staleChainDelay)
+		f.sync()
+		if got := endpoints(t, f.tracer().trace(pkt(podClient, "243.1.0.11", "tcp", 80))); len(got) != 1 {
+			t.Errorf("endpoints %v", got)
+		}
+	})
+	t.Run("a ClusterSetIP moves to another import with a delete and an add", func(t *testing.T) {
+		f := setup(t)
+		younger := newImport("younger", []string{vip}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}, createdAt(epoch.Add(1)))
+		f.add(younger, newSlice("younger", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.7")))
+		f.sync()
+		if got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
+			t.Errorf("the older import lost its ClusterSetIP: %v", got)
+		}
+		f.p.OnServiceImportDelete(webImport())
+		f.sync()
+		if diff := cmp.Diff([]string{"10.2.0.7:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+		tx := f.nft.LastTransaction.String()
+		if !strings.Contains(tx, "delete element ip mcsd service-ips { 243.1.0.10 . tcp . 80 }") {
+			t.Errorf("value change without a delete:\n%s", tx)
+		}
+	})
+}
+
+func TestFullSync(t *testing.T) {
+	t.Run("a full sync restores a table flushed by hand", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		// What "nft flush table ip mcsd" does: every chain loses its
+		// rules; chains, sets, maps and their elements stay.
+		f.nft.Lock()
+		for _, c := range f.nft.Table.Chains {
+			c.Rules = nil
+		}
+		f.nft.Unlock()
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
+			t.Fatalf("verdicts %v with the rules flushed", got)
+		}
+		f.fullSync()
+		f.assertGolden("basic")
+	})
+	t.Run("a full sync restores a table deleted by hand", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		tx := f.nft.NewTransaction()
+		tx.Delete(&knftables.Table{})
+		if err := f.nft.Fake.Run(t.Context(), tx); err != nil {
+			t.Fatal(err)
+		}
+		f.fullSync()
+		f.assertGolden("basic")
+	})
+	t.Run("the first sync deletes leftovers of an earlier run", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		left := f.nft.NewTransaction()
+		left.Add(&knftables.Table{Comment: ptr.To("mcsd: ClusterSetIPs of multi-cluster services")})
+		left.Add(&knftables.Chain{Name: "service-AAAAAAAA-ns/gone/tcp/80"})
+		left.Add(&knftables.Set{Name: "affinity-AAAAAAAA-ns/gone/tcp/80__10.9.9.9/80", Type: "ipv4_addr"})
+		left.Add(&knftables.Rule{Chain: "service-AAAAAAAA-ns/gone/tcp/80", Rule: "ip saddr @affinity-AAAAAAAA-ns/gone/tcp/80__10.9.9.9/80 drop"})
+		left.Add(&knftables.Map{Name: "old-map", Type: "ipv4_addr : verdict"})
+		if err := f.nft.Run(t.Context(), left); err != nil {
+			t.Fatal(err)
+		}
+		f.start(append(webSlices(), webImport())...)
+		if f.nft.listCalls() != 1 {
+			t.Errorf("%d list calls, want 1", f.nft.listCalls())
+		}
+		f.clock.Step(staleChainDelay)
+		f.sync()
+		f.assertGolden("basic")
+	})
+	t.Run("a failed sync is followed by a full one", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		failing := &failingNFT{Interface: f.nft, fail: true}
+		f.p.nft = failing
+		f.p.OnServiceImportDelete(webImport())
+		if err := f.p.syncProxyRules(); err == nil {
+			t.Fatal("sync succeeded")
+		}
+		failing.fail = false
+		f.sync()
+		if !strings.Contains(f.nft.LastTransaction.String(), "add table") {
+			t.Error("the sync after a failure is not a full sync")
+		}
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
+			t.Errorf("verdicts %v after the import was deleted", got)
+		}
+	})
+}
+
+// failingNFT fails every transaction while fail is set.
+type failingNFT struct {
+	knftables.Interface
+	fail bool
+}
+
+func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.fail {
+		return errors.New("nft: simulated failure")
+	}
+	return f.Interface.Run(ctx, tx)
+}
+
+func TestConntrack(t *testing.T) {
+	t.Run("UDP flows to removed endpoints are cleared", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		if flows := f.ct.take(); len(flows) != 0 {
+			t.Errorf("first sync cleared %v", flows)
+		}
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
+		f.sync()
+		want := []UDPFlow{{Service: netip.MustParseAddrPort("243.1.0.10:53"), Endpoint: netip.MustParseAddr("10.2.0.2")}}
+		if diff := cmp.Diff(want, f.ct.take(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+			cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+			t.Errorf("cleared flows (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a deleted import clears its UDP flows", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.p.OnServiceImportDelete(webImport())
+		f.sync()
+		if got := f.ct.take(); len(got) != 4 {
+			t.Errorf("cleared %v, want the four UDP endpoints", got)
+		}
+	})
+}
+
+func TestHandlers(t *testing.T) {
+	t.Run("nothing is programmed before both informers have synced", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.add(append(webSlices(), webImport())...)
+		f.p.OnServiceImportsSynced()
+		if f.nft.runs != 0 {
+			t.Fatal("synced before EndpointSlices did")
+		}
+		f.p.OnEndpointSlicesSynced()
+		f.assertGolden("basic")
+	})
+	t.Run("a slice that moves to another service leaves the first one", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		other := newImport("other", []string{"243.1.0.11"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
+		s := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
+		f.start(webImport(), other, s)
+		moved := s.DeepCopy()
+		moved.Labels[mcsv1beta1.LabelServiceName] = "other"
+		f.p.OnEndpointSliceUpdate(s, moved)
+		f.sync()
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("web: %v, want reject", got)
+		}
+		if got := endpoints(t, f.tracer().trace(pkt(podClient, "243.1.0.11", "tcp", 80))); len(got) != 1 {
+			t.Errorf("other: %v", got)
+		}
+	})
+	t.Run("slices without the service-name label are ignored", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		s := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
+		delete(s.Labels, mcsv1beta1.LabelServiceName)
+		s.Labels[discoveryv1.LabelServiceName] = "web"
+		f.start(webImport(), s)
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+			t.Errorf("verdicts %v, want reject", got)
+		}
+	})
+}
+
+func TestDualStack(t *testing.T) {
+	fake4, fake6 := newStrictFake(t, knftables.IPv4Family), newStrictFake(t, knftables.IPv6Family)
+	reg := prometheus.NewRegistry()
+	d, err := NewDualStack(Config{ClusterID: localCluster, Conntrack: &fakeConntrack{}, Registerer: reg}, fake4, fake6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.OnServiceImportAdd(webImport())
+	for _, s := range webSlices() {
+		d.OnEndpointSliceAdd(s.(*discoveryv1.EndpointSlice))
+	}
+	d.OnEndpointSliceAdd(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")))
+	d.OnServiceImportsSynced()
+	d.OnEndpointSlicesSynced()
+	if got := endpoints(t, newTracer(t, fake4.Fake).trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
+		t.Errorf("IPv4 endpoints %v", got)
+	}
+	client6 := netip.MustParseAddr("fd00:1::99")
+	if diff := cmp.Diff([]string{"[fd00:2::1]:8080"}, endpoints(t, newTracer(t, fake6.Fake).trace(pkt(client6, "fd00:243::10", "tcp", 80)))); diff != "" {
+		t.Errorf("IPv6 endpoints (-want +got):\n%s", diff)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "mcsd_proxier_sync_proxy_rules_duration_seconds" && len(mf.GetMetric()) != 2 {
+			t.Errorf("sync duration has %d series, want one per family", len(mf.GetMetric()))
+		}
+	}
+}
