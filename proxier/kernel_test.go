@@ -1,0 +1,540 @@
+package proxier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/test/echo"
+	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/test/testenv"
+)
+
+// nsNFT is a knftables.Interface whose every call runs on a thread switched
+// into a network namespace: the nft processes it starts inherit the
+// namespace, so the table it programs is that namespace's.
+type nsNFT struct {
+	ns *netns.NS
+	knftables.Interface
+}
+
+func newNSNFT(ns *netns.NS, family knftables.Family) (*nsNFT, error) {
+	n := &nsNFT{ns: ns}
+	err := ns.Do(func() (err error) {
+		n.Interface, err = knftables.New(family, TableName)
+		return err
+	})
+	return n, err
+}
+
+func (n *nsNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	return n.ns.Do(func() error { return n.Interface.Run(ctx, tx) })
+}
+
+func (n *nsNFT) Check(ctx context.Context, tx *knftables.Transaction) error {
+	return n.ns.Do(func() error { return n.Interface.Check(ctx, tx) })
+}
+
+func (n *nsNFT) ListAll(ctx context.Context) (result map[string][]string, err error) {
+	err = n.ns.Do(func() error { result, err = n.Interface.ListAll(ctx); return err })
+	return result, err
+}
+
+func (n *nsNFT) List(ctx context.Context, objectType string) (result []string, err error) {
+	err = n.ns.Do(func() error { result, err = n.Interface.List(ctx, objectType); return err })
+	return result, err
+}
+
+func (n *nsNFT) ListRules(ctx context.Context, chain string) (result []*knftables.Rule, err error) {
+	err = n.ns.Do(func() error { result, err = n.Interface.ListRules(ctx, chain); return err })
+	return result, err
+}
+
+func (n *nsNFT) ListElements(ctx context.Context, objectType, name string) (result []*knftables.Element, err error) {
+	err = n.ns.Do(func() error { result, err = n.Interface.ListElements(ctx, objectType, name); return err })
+	return result, err
+}
+
+func (n *nsNFT) ListCounters(ctx context.Context) (result []*knftables.Counter, err error) {
+	err = n.ns.Do(func() error { result, err = n.Interface.ListCounters(ctx); return err })
+	return result, err
+}
+
+// newNamespace creates a namespace named with this process's prefix and
+// deletes it when the test ends.
+func newNamespace(t testing.TB, name string) *netns.NS {
+	t.Helper()
+	ns, err := netns.New(fmt.Sprintf("mcsdp%d-%s", os.Getpid(), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
+	// Addresses are usable at once: no duplicate address detection.
+	for _, key := range []string{"net.ipv6.conf.all.accept_dad", "net.ipv6.conf.default.accept_dad"} {
+		if err := ns.Sysctl(key, "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns
+}
+
+// newNode creates the namespace of a node: it forwards, and its default
+// route leads to an uplink (a veth to a namespace that does not forward), so
+// that packets to a ClusterSetIP that no rule DNATs are forwarded, and reach
+// the filter rules, as on a real node.
+func newNode(t testing.TB) *netns.NS {
+	t.Helper()
+	node := newNamespace(t, "node")
+	uplink := newNamespace(t, "uplink")
+	if err := netns.Veth(node, "up0", uplink, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{
+		{"addr", "add", "192.0.2.254/24", "dev", "eth0"},
+		{"addr", "add", "2001:db8::fe/64", "dev", "eth0", "nodad"},
+	} {
+		if _, err := uplink.IP(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range [][]string{
+		{"addr", "add", "192.0.2.1/24", "dev", "up0"},
+		{"addr", "add", "2001:db8::1/64", "dev", "up0", "nodad"},
+		{"route", "add", "default", "via", "192.0.2.254"},
+		{"-6", "route", "add", "default", "via", "2001:db8::fe"},
+	} {
+		if _, err := node.IP(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kv := range [][2]string{
+		{"net.ipv4.ip_forward", "1"},
+		{"net.ipv6.conf.all.forwarding", "1"},
+		{"net.ipv4.conf.all.rp_filter", "0"},
+		{"net.ipv4.conf.default.rp_filter", "0"},
+	} {
+		if err := node.Sysctl(kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return node
+}
+
+// pod is a namespace routed through the node by a veth, with an echo server
+// on :8080/tcp and :5353/udp and a "who are you talking to" server on
+// :9000/tcp.
+type pod struct {
+	name      string
+	cluster   string
+	ns        *netns.NS
+	ip, ip6   netip.Addr
+	gw, gw6   netip.Addr
+	endpoints []string
+}
+
+// newPod plumbs a pod: addresses a.b.c.2/24 and fd<a>:<c>::2/64, its
+// node-side veth a.b.c.1 and fd<a>:<c>::1.
+func newPod(t testing.TB, node *netns.NS, name, cluster string, ip, ip6 string, serve bool) *pod {
+	t.Helper()
+	p := &pod{name: name, cluster: cluster, ns: newNamespace(t, name),
+		ip: netip.MustParseAddr(ip), ip6: netip.MustParseAddr(ip6)}
+	gw4 := p.ip.As4()
+	gw4[3] = 1
+	p.gw = netip.AddrFrom4(gw4)
+	gw6 := p.ip6.As16()
+	gw6[15] = 1
+	p.gw6 = netip.AddrFrom16(gw6)
+	if err := netns.Veth(node, "v"+name, p.ns, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{
+		{"addr", "add", p.gw.String() + "/24", "dev", "v" + name},
+		{"addr", "add", p.gw6.String() + "/64", "dev", "v" + name, "nodad"},
+	} {
+		if _, err := node.IP(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range [][]string{
+		{"addr", "add", p.ip.String() + "/24", "dev", "eth0"},
+		{"addr", "add", p.ip6.String() + "/64", "dev", "eth0", "nodad"},
+		{"route", "add", "default", "via", p.gw.String()},
+		{"-6", "route", "add", "default", "via", p.gw6.String()},
+	} {
+		if _, err := p.ns.IP(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !serve {
+		return p
+	}
+	tcp, err := p.ns.Listen("tcp", ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := p.ns.ListenPacket("udp", ":5353")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := echo.Serve(echo.Identity{IP: p.ip.String(), Cluster: cluster, Pod: name}, tcp, udp)
+	t.Cleanup(srv.Close)
+	peer, err := p.ns.Listen("tcp", ":9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = peer.Close() })
+	go func() {
+		for {
+			c, err := peer.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = fmt.Fprintf(c, "%s\n", c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+			_ = c.Close()
+		}
+	}()
+	return p
+}
+
+// ask opens a new connection from p to address and returns who answered.
+func (p *pod) ask(ctx context.Context, network, address string) (echo.Identity, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := p.ns.Dial(ctx, network, address)
+	if err != nil {
+		return echo.Identity{}, err
+	}
+	defer c.Close()
+	if strings.HasPrefix(network, "udp") {
+		return echo.AskUDP(ctx, c)
+	}
+	return echo.AskTCP(ctx, c)
+}
+
+// kernelWorld is the topology of the real-kernel tests: a node running the
+// proxier, a client pod and two backend pods in each of two clusters, and a
+// host outside the pod network.
+type kernelWorld struct {
+	node             *netns.NS
+	client, external *pod
+	e1, e2, w1, w2   *pod
+	proxier          *DualStack
+	nft4, nft6       *nsNFT
+	podsByName       map[string]*pod
+}
+
+func newKernelWorld(t *testing.T) *kernelWorld {
+	t.Helper()
+	w := &kernelWorld{node: newNode(t)}
+	w.client = newPod(t, w.node, "c0", localCluster, "100.64.1.2", "fd64:1::2", false)
+	w.external = newPod(t, w.node, "x0", "", "100.100.1.2", "fd99:1::2", false)
+	w.e1 = newPod(t, w.node, "e1", localCluster, "100.64.2.2", "fd64:2::2", true)
+	w.e2 = newPod(t, w.node, "e2", localCluster, "100.64.3.2", "fd64:3::2", true)
+	w.w1 = newPod(t, w.node, "w1", remoteCluster, "100.65.2.2", "fd65:2::2", true)
+	w.w2 = newPod(t, w.node, "w2", remoteCluster, "100.65.3.2", "fd65:3::2", true)
+	w.podsByName = map[string]*pod{}
+	for _, p := range []*pod{w.e1, w.e2, w.w1, w.w2} {
+		w.podsByName[p.name] = p
+	}
+
+	var err error
+	if w.nft4, err = newNSNFT(w.node, knftables.IPv4Family); err != nil {
+		t.Fatal(err)
+	}
+	if w.nft6, err = newNSNFT(w.node, knftables.IPv6Family); err != nil {
+		t.Fatal(err)
+	}
+	var ct Conntrack
+	if err := w.node.Do(func() (err error) { ct, err = NewConntrack(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	w.proxier, err = NewDualStack(Config{
+		ClusterID: localCluster,
+		Conntrack: ct,
+		PodCIDRs:  []string{"100.64.0.0/16", "fd64::/16"},
+	}, w.nft4, w.nft6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// slices returns the IPv4 and IPv6 MCS EndpointSlices of pods for service.
+func kernelSlices(service, cluster string, ports []slicePort, pods ...*pod) []*discoveryv1.EndpointSlice {
+	var eps4, eps6 []discoveryv1.Endpoint
+	for _, p := range pods {
+		eps4 = append(eps4, ready(p.ip.String()))
+		eps6 = append(eps6, ready(p.ip6.String()))
+	}
+	return []*discoveryv1.EndpointSlice{newSlice(service, cluster, ports, eps4...), newSlice(service, cluster, ports, eps6...)}
+}
+
+// sync applies pending changes to both families now.
+func (w *kernelWorld) sync(t *testing.T) {
+	t.Helper()
+	for _, p := range []*Proxier{w.proxier.IPv4(), w.proxier.IPv6()} {
+		if err := p.syncProxyRules(); err != nil {
+			t.Fatalf("%s sync: %v", p.family, err)
+		}
+	}
+}
+
+// spread opens n connections from p to address and counts who answered.
+func spread(t *testing.T, p *pod, network, address string, n int) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for i := 0; i < n; i++ {
+		id, err := p.ask(t.Context(), network, address)
+		if err != nil {
+			t.Fatalf("connection %d to %s/%s: %v", i, network, address, err)
+		}
+		counts[id.Pod]++
+	}
+	return counts
+}
+
+// refused checks that a connection to address is refused at once.
+func refused(t *testing.T, p *pod, network, address string) {
+	t.Helper()
+	start := time.Now()
+	_, err := p.ask(t.Context(), network, address)
+	elapsed := time.Since(start)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("%s %s: got %v after %v, want connection refused", network, address, err, elapsed)
+	} else if elapsed > time.Second {
+		t.Errorf("%s %s: refused only after %v", network, address, elapsed)
+	}
+}
+
+func TestKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "ip", "sysctl")
+	rootHadTable := exec.Command("nft", "list", "table", "ip", TableName).Run() == nil
+
+	w := newKernelWorld(t)
+	web := []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353), tcp("peer", 90, 9000)}
+	imports := []*mcsv1beta1.ServiceImport{
+		newImport("web", []string{"243.64.0.10", "fd00:243::10"},
+			[]mcsv1beta1.ServicePort{tcpPort("http", 80), udpPort("dns", 53), tcpPort("peer", 90)}),
+		newImport("mismatch", []string{"243.64.0.11"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+		newImport("sticky", []string{"243.64.0.12"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}, withAffinity(60)),
+		newImport("empty", []string{"243.64.0.13"}, []mcsv1beta1.ServicePort{tcpPort("http", 80), udpPort("dns", 53)}),
+		newImport("close", []string{"243.64.0.14"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
+			withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)),
+		newImport("self", []string{"243.64.0.15"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+	}
+	var all []*discoveryv1.EndpointSlice
+	all = append(all, kernelSlices("web", localCluster, web, w.e1, w.e2)...)
+	all = append(all, kernelSlices("web", remoteCluster, web, w.w1, w.w2)...)
+	all = append(all, kernelSlices("mismatch", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1, w.e2)...)
+	all = append(all, kernelSlices("mismatch", remoteCluster, []slicePort{tcp("http", 8080, 8080)}, w.w1, w.w2)...)
+	all = append(all, kernelSlices("sticky", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1, w.e2)...)
+	all = append(all, kernelSlices("sticky", remoteCluster, []slicePort{tcp("http", 80, 8080)}, w.w1, w.w2)...)
+	closeLocal := kernelSlices("close", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1, w.e2)
+	all = append(all, closeLocal...)
+	all = append(all, kernelSlices("close", remoteCluster, []slicePort{tcp("http", 80, 8080)}, w.w1, w.w2)...)
+	all = append(all, kernelSlices("self", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1)...)
+	for _, si := range imports {
+		w.proxier.OnServiceImportAdd(si)
+	}
+	for _, s := range all {
+		w.proxier.OnEndpointSliceAdd(s)
+	}
+	w.proxier.OnServiceImportsSynced()
+	w.proxier.OnEndpointSlicesSynced()
+
+	t.Run("the table is programmed in the node's namespace, not the test's", func(t *testing.T) {
+		if _, err := w.node.Exec("nft", "list", "table", "ip", TableName); err != nil {
+			t.Errorf("no table in the node: %v", err)
+		}
+		if _, err := w.node.Exec("nft", "list", "table", "ip6", TableName); err != nil {
+			t.Errorf("no IPv6 table in the node: %v", err)
+		}
+		if !rootHadTable && exec.Command("nft", "list", "table", "ip", TableName).Run() == nil {
+			t.Error("the table appeared in the test's own namespace")
+		}
+	})
+	t.Run("connections reach the backends of both clusters, spread evenly", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 200)
+		for _, name := range []string{"e1", "e2", "w1", "w2"} {
+			if counts[name] < 20 {
+				t.Errorf("%s got %d of 200 connections: %v", name, counts[name], counts)
+			}
+		}
+		t.Logf("TCP spread over 200 connections: %v", counts)
+		counts = spread(t, w.client, "udp", "243.64.0.10:53", 80)
+		if len(counts) != 4 {
+			t.Errorf("UDP reached %v, want all four backends", counts)
+		}
+	})
+	t.Run("over IPv6 too", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp6", "[fd00:243::10]:80", 40)
+		if len(counts) != 4 {
+			t.Errorf("IPv6 reached %v, want all four backends", counts)
+		}
+	})
+	t.Run("a cluster exporting the port name on another number gets none of its traffic", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.11:80", 40)
+		if counts["w1"]+counts["w2"] != 0 || counts["e1"] == 0 || counts["e2"] == 0 {
+			t.Errorf("connections went to %v, want e1 and e2 only", counts)
+		}
+	})
+	t.Run("ClientIP session affinity sticks", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.12:80", 20)
+		if len(counts) != 1 {
+			t.Errorf("connections went to %v, want one backend", counts)
+		}
+	})
+	t.Run("no endpoints: refused at once", func(t *testing.T) {
+		refused(t, w.client, "tcp", "243.64.0.13:80")
+		refused(t, w.client, "udp", "243.64.0.13:53")
+	})
+	t.Run("a port the ClusterSetIP does not have: refused at once", func(t *testing.T) {
+		refused(t, w.client, "tcp", "243.64.0.10:81")
+		refused(t, w.client, "udp", "243.64.0.10:54")
+	})
+	t.Run("pod traffic keeps its source address; traffic from outside the pod network is masqueraded", func(t *testing.T) {
+		peerOf := func(p *pod) string {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			c, err := p.ns.Dial(ctx, "tcp", "243.64.0.10:90")
+			if err != nil {
+				t.Fatalf("from %s: %v", p.name, err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 64)
+			n, _ := c.Read(buf)
+			return strings.TrimSpace(string(buf[:n]))
+		}
+		for i := 0; i < 5; i++ {
+			if got := peerOf(w.client); got != w.client.ip.String() {
+				t.Errorf("a backend saw a pod client as %s, want %s", got, w.client.ip)
+			}
+			got := peerOf(w.external)
+			gateways := map[string]bool{}
+			for _, p := range w.podsByName {
+				gateways[p.gw.String()] = true
+			}
+			if !gateways[got] {
+				t.Errorf("a backend saw an outside client as %s, want the node's address", got)
+			}
+		}
+	})
+	t.Run("an endpoint reaching itself through the ClusterSetIP (hairpin)", func(t *testing.T) {
+		id, err := w.e1.ask(t.Context(), "tcp", "243.64.0.15:80")
+		if err != nil || id.Pod != "e1" {
+			t.Errorf("e1 to itself: %v %v", id, err)
+		}
+	})
+	t.Run("PreferClose uses the local cluster, and fails over when it has no endpoints", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.14:80", 30)
+		if counts["w1"]+counts["w2"] != 0 {
+			t.Errorf("connections went to %v, want the local cluster only", counts)
+		}
+		down := newSlice("close", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady(w.e1.ip.String()), notReady(w.e2.ip.String()))
+		w.proxier.OnEndpointSliceUpdate(closeLocal[0], down)
+		w.sync(t)
+		counts = spread(t, w.client, "tcp", "243.64.0.14:80", 30)
+		if counts["e1"]+counts["e2"] != 0 || len(counts) != 2 {
+			t.Errorf("after failover connections went to %v, want w1 and w2", counts)
+		}
+		w.proxier.OnEndpointSliceUpdate(down, closeLocal[0])
+		w.sync(t)
+		counts = spread(t, w.client, "tcp", "243.64.0.14:80", 30)
+		if counts["w1"]+counts["w2"] != 0 {
+			t.Errorf("after recovery connections went to %v, want the local cluster only", counts)
+		}
+	})
+	t.Run("a removed endpoint gets no new connections, and a UDP flow moves off it", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		conn, err := w.client.ns.Dial(ctx, "udp", "243.64.0.10:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		first, err := echo.AskUDP(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if id, err := echo.AskUDP(ctx, conn); err != nil || id.Pod != first.Pod {
+				t.Fatalf("the UDP flow moved from %s to %v (%v) on its own", first.Pod, id, err)
+			}
+		}
+		gone := w.podsByName[first.Pod]
+		var remaining []*pod
+		for _, p := range []*pod{w.e1, w.e2, w.w1, w.w2} {
+			if p != gone && p.cluster == gone.cluster {
+				remaining = append(remaining, p)
+			}
+		}
+		// The backend keeps running: only conntrack cleanup moves the flow.
+		updated := kernelSlices("web", gone.cluster, web, remaining...)
+		w.proxier.OnEndpointSliceUpdate(nil, updated[0])
+		w.sync(t)
+		id, err := echo.AskUDP(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Pod == gone.name {
+			t.Errorf("the UDP flow still reaches the removed endpoint %s", gone.name)
+		}
+		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 40)
+		if counts[gone.name] != 0 {
+			t.Errorf("the removed endpoint %s got %d new connections", gone.name, counts[gone.name])
+		}
+		restored := kernelSlices("web", gone.cluster, web, append(remaining, gone)...)
+		w.proxier.OnEndpointSliceUpdate(nil, restored[0])
+		w.sync(t)
+	})
+	t.Run("a full resync restores a table flushed by hand", func(t *testing.T) {
+		if _, err := w.node.Exec("nft", "flush", "table", "ip", TableName); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		if _, err := w.client.ask(ctx, "tcp", "243.64.0.10:80"); err == nil {
+			t.Fatal("the ClusterSetIP still works with the table flushed")
+		}
+		p := w.proxier.IPv4()
+		p.mu.Lock()
+		p.needFullSync = true
+		p.mu.Unlock()
+		w.sync(t)
+		if counts := spread(t, w.client, "tcp", "243.64.0.10:80", 20); len(counts) < 2 {
+			t.Errorf("after the resync connections went to %v", counts)
+		}
+	})
+	t.Run("removing an import with affinity deletes its chains and sets", func(t *testing.T) {
+		w.proxier.OnServiceImportDelete(imports[2])
+		w.sync(t)
+		time.Sleep(staleChainDelay)
+		w.sync(t)
+		out, err := w.node.Exec("nft", "list", "table", "ip", TableName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "ns/sticky/") {
+			t.Errorf("the sticky import's objects remain:\n%s", out)
+		}
+	})
+}
