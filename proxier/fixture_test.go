@@ -234,9 +234,9 @@ func newSlice(service, cluster string, ports []slicePort, eps ...discoveryv1.End
 			Namespace: "ns",
 			Name:      service + "-" + cluster + "-" + string(addressType),
 			Labels: map[string]string{
-				mcsv1beta1.LabelServiceName:      service,
-				mcsv1beta1.LabelSourceCluster:    cluster,
-				discoveryv1.LabelManagedBy:       "mcsd.io",
+				mcsv1beta1.LabelServiceName:   service,
+				mcsv1beta1.LabelSourceCluster: cluster,
+				discoveryv1.LabelManagedBy:    "mcsd.io",
 			},
 			Annotations: map[string]string{},
 		},
