@@ -4,6 +4,7 @@
 #   make demo       start a broker and two clusters on this machine (root)
 #   make test       every test: unit, real API servers, real kernel (root)
 #   make test-unit  fast tests only: no root, no harness
+#   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
 
 SHELL := /bin/bash
 GO ?= go
@@ -16,7 +17,7 @@ TEST_TIMEOUT ?= 30m
 FUZZ_TIME ?= 20s
 
 .PHONY: all build test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries bench demo clean help
+        harness-binaries bench bench-proxier demo clean help
 
 all: build
 
@@ -63,6 +64,13 @@ verify-manifests:
 
 bench: harness-binaries
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The proxier's sync times with the real nft at 1k, 10k and 30k
+# ServiceImports (PROXIER_BENCH_SIZES), side by side with kube-proxy in
+# nftables mode, and first-packet connect latency; prints numbers only (root).
+bench-proxier: harness-binaries
+	PROXIER_BENCH_KUBE_PROXY=$$(bash test/tools/build.sh $(MCSD_CACHE)/k8s kube-proxy)/kube-proxy \
+	  $(GO) run ./test/cmd/proxierbench
 
 demo: harness-binaries
 	$(GO) run ./test/cmd/clusterset up --clusters=2
