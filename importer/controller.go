@@ -1,0 +1,503 @@
+package importer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	kuberecord "k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// EndpointSliceManager is the endpointslice.kubernetes.io/managed-by value
+// of the MCS EndpointSlices the importer writes in member clusters. It is
+// not the core controller's, so the EndpointSlice controller leaves them
+// alone.
+const EndpointSliceManager = "importer.mcsd.io"
+
+// Config is what the importer needs. Clients of the broker read every
+// cluster's records; clients of the local cluster write ServiceImports and
+// EndpointSlices.
+type Config struct {
+	ClusterID       string
+	BrokerNamespace string
+
+	Local     kubernetes.Interface
+	LocalMCS  mcsclient.Interface
+	Broker    kubernetes.Interface
+	BrokerMCS mcsclient.Interface
+
+	// ClusterTTL: a cluster whose broker Lease has not been renewed for
+	// this long is gone (default 10 s).
+	ClusterTTL time.Duration
+	// Recorder gets an event for every change a user would want to see on
+	// a ServiceImport (nil: events are dropped).
+	Recorder kuberecord.EventRecorder
+	// Metrics (nil: unregistered ones).
+	Metrics *Metrics
+	// Clock measures Lease ages (nil: the real clock).
+	Clock clock.Clock
+	// Workers is the number of services synced at once (default 4).
+	Workers int
+	// ResyncPeriod re-checks every service this often (default 10 min).
+	ResyncPeriod time.Duration
+}
+
+// Indexes on the informers' caches, so one sync reads only its service's
+// objects among tens of thousands.
+const (
+	// byService: broker records and EndpointSlices by "<namespace>/<name>"
+	// of the service from their labels; local MCS EndpointSlices by
+	// "<namespace>/<service-name label>".
+	byService = "service"
+	// byCluster: broker records by source cluster.
+	byCluster = "cluster"
+	// byServiceNamespace: broker records by the service's namespace.
+	byServiceNamespace = "serviceNamespace"
+)
+
+// Controller imports the clusterset's services into this cluster.
+type Controller struct {
+	cfg Config
+
+	brokerMCS    mcsinformers.SharedInformerFactory
+	brokerSlices informers.SharedInformerFactory
+	brokerLeases informers.SharedInformerFactory
+	localKube    informers.SharedInformerFactory
+	localSlices  informers.SharedInformerFactory
+	localMCS     mcsinformers.SharedInformerFactory
+
+	records      cache.Indexer // broker export records
+	remoteSlices cache.Indexer // broker EndpointSlices
+	ownSlices    cache.Indexer // local MCS EndpointSlices written by the importer
+	imports      mcslisters.ServiceImportLister
+	namespaces   corelisters.NamespaceLister
+	synced       []cache.InformerSynced
+
+	// queue holds services ("<namespace>/<name>"); clusterQueue holds
+	// cluster IDs whose liveness is due for reevaluation.
+	queue        workqueue.TypedRateLimitingInterface[string]
+	clusterQueue workqueue.TypedDelayingInterface[string]
+
+	book        *leaseBook
+	broker      reachability
+	probeNow    chan struct{}
+	departures  *departures
+	initialized chan struct{}
+}
+
+// New builds the importer; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.ClusterID == "" || cfg.BrokerNamespace == "" {
+		return nil, fmt.Errorf("importer: cluster ID and broker namespace are required")
+	}
+	if cfg.Local == nil || cfg.LocalMCS == nil || cfg.Broker == nil || cfg.BrokerMCS == nil {
+		return nil, fmt.Errorf("importer: clients of the local cluster and of the broker are required")
+	}
+	if cfg.ClusterTTL <= 0 {
+		cfg.ClusterTTL = 10 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = 10 * time.Minute
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = &kuberecord.FakeRecorder{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	// The queues' delays follow the same clock as Lease ages when it can
+	// drive them.
+	queueClock, ok := cfg.Clock.(clock.WithTicker)
+	if !ok {
+		queueClock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg,
+		// Failures back off to at most 10 s apart; the broker coming back
+		// resyncs everything at once anyway.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
+				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "importer", Clock: queueClock}),
+		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
+		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
+		probeNow:     make(chan struct{}, 1),
+		departures:   newDepartures(),
+		initialized:  make(chan struct{}),
+	}
+	c.broker.lastContact = cfg.Clock.Now()
+
+	inBroker := func(selector string) func(*metav1.ListOptions) {
+		return func(o *metav1.ListOptions) { o.LabelSelector = selector }
+	}
+	// Broker: every cluster's records, slices and heartbeats, each kind
+	// selected by the labels its writer puts on it.
+	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerMCS, cfg.ResyncPeriod,
+		mcsinformers.WithNamespace(cfg.BrokerNamespace),
+		mcsinformers.WithTweakListOptions(inBroker(record.LabelServiceNamespace)))
+	c.brokerSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String()+","+record.LabelServiceNamespace)))
+	c.brokerLeases = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithTweakListOptions(inBroker(record.LabelSourceCluster)))
+	// Local: namespaces (a service is imported where its namespace
+	// exists), ServiceImports, and only the importer's own slices.
+	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
+	c.localSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Local, cfg.ResyncPeriod,
+		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String())))
+	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
+
+	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
+	remoteSliceInf := c.brokerSlices.Discovery().V1().EndpointSlices().Informer()
+	leaseInf := c.brokerLeases.Coordination().V1().Leases().Informer()
+	nsInf := c.localKube.Core().V1().Namespaces()
+	importInf := c.localMCS.Multicluster().V1beta1().ServiceImports()
+	ownSliceInf := c.localSlices.Discovery().V1().EndpointSlices().Informer()
+
+	if err := recordInf.AddIndexers(cache.Indexers{
+		byService:          brokerServiceIndex,
+		byCluster:          labelIndex(record.LabelSourceCluster),
+		byServiceNamespace: labelIndex(record.LabelServiceNamespace),
+	}); err != nil {
+		return nil, err
+	}
+	if err := remoteSliceInf.AddIndexers(cache.Indexers{byService: brokerServiceIndex}); err != nil {
+		return nil, err
+	}
+	if err := ownSliceInf.AddIndexers(cache.Indexers{byService: localSliceServiceIndex}); err != nil {
+		return nil, err
+	}
+	for _, inf := range []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf} {
+		if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler); err != nil {
+			return nil, err
+		}
+	}
+	c.records, c.remoteSlices, c.ownSlices = recordInf.GetIndexer(), remoteSliceInf.GetIndexer(), ownSliceInf.GetIndexer()
+	c.imports, c.namespaces = importInf.Lister(), nsInf.Lister()
+
+	enqueueService := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueBrokerObject(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
+		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
+	}
+	if _, err := recordInf.AddEventHandler(enqueueService); err != nil {
+		return nil, err
+	}
+	if _, err := remoteSliceInf.AddEventHandler(enqueueService); err != nil {
+		return nil, err
+	}
+	if _, err := leaseInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onLease(obj, false) },
+		UpdateFunc: func(_, obj any) { c.onLease(obj, false) },
+		DeleteFunc: func(obj any) { c.onLease(obj, true) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNamespace(obj) },
+		UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := importInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// The importer's own status writes need no sync; a changed spec,
+		// label or annotation (a hand edit, or its own write) does, and a
+		// deleted ServiceImport is recreated while the service is exported.
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport)
+			if o.Generation != n.Generation || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) {
+				c.enqueueLocalImport(obj)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueueLocalImport(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := ownSliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Edits and deletions by anyone else are repaired.
+		UpdateFunc: func(_, obj any) { c.enqueueOwnSlice(obj) },
+		DeleteFunc: func(obj any) { c.enqueueOwnSlice(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{
+		recordInf.HasSynced, remoteSliceInf.HasSynced, leaseInf.HasSynced,
+		nsInf.Informer().HasSynced, importInf.Informer().HasSynced, ownSliceInf.HasSynced,
+	}
+	return c, nil
+}
+
+// Run imports until ctx ends. It waits for every cache, enqueues every
+// service with a record and every ServiceImport or slice the importer
+// wrote (so what was unexported while it was down goes), then syncs.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	defer c.clusterQueue.ShutDown()
+	logger := klog.FromContext(ctx)
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.localKube, c.localSlices, c.localMCS} {
+		f.Start(ctx.Done())
+	}
+	logger.Info("Starting importer", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "clusterTTL", c.cfg.ClusterTTL)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("importer: caches did not sync: %w", ctx.Err())
+	}
+	close(c.initialized)
+	c.cfg.Metrics.setBrokerReachable(true)
+	c.resyncAll()
+	go c.runProbe(ctx)
+	go wait.UntilWithContext(ctx, c.clusterWorker, time.Second)
+	for i := 0; i < c.cfg.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping importer")
+	return nil
+}
+
+// Synced reports whether the importer has its caches and started syncing.
+func (c *Controller) Synced() bool {
+	select {
+	case <-c.initialized:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := c.cfg.Clock.Now()
+	err := c.sync(ctx, key)
+	c.cfg.Metrics.observeSync(c.cfg.Clock.Since(start), err)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	klog.FromContext(ctx).Error(err, "Importing service failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+// clusterWorker reevaluates clusters whose Lease changed or is due to
+// expire, and resyncs their services when their liveness flips.
+func (c *Controller) clusterWorker(ctx context.Context) {
+	for {
+		cluster, quit := c.clusterQueue.Get()
+		if quit {
+			return
+		}
+		c.syncCluster(ctx, cluster)
+		c.clusterQueue.Done(cluster)
+	}
+}
+
+func (c *Controller) syncCluster(ctx context.Context, cluster string) {
+	logger := klog.FromContext(ctx)
+	live, changed := c.book.transition(cluster)
+	if changed {
+		keys := c.serviceKeysOfCluster(cluster)
+		if live {
+			logger.Info("Cluster is live: its Lease is renewed", "cluster", cluster, "services", len(keys))
+		} else {
+			logger.Info("Cluster is gone: its Lease was not renewed within the TTL; dropping its endpoints", "cluster", cluster, "ttl", c.cfg.ClusterTTL, "services", len(keys))
+			c.cfg.Metrics.clusterDropped(cluster)
+		}
+		for _, key := range keys {
+			c.queue.Add(key)
+		}
+	}
+	if d, ok := c.book.expiresIn(cluster); ok {
+		// A little past expiry, so the evaluation then sees it expired.
+		c.clusterQueue.AddAfter(cluster, d+10*time.Millisecond)
+	}
+	c.cfg.Metrics.setLiveClusters(c.book.liveCount())
+}
+
+// onLease notes a heartbeat Lease's renewal or deletion and has its
+// cluster reevaluated.
+func (c *Controller) onLease(obj any, deleted bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	if !deleted {
+		c.observeLease(l)
+		return
+	}
+	if cluster, ok := leaseCluster(l); ok {
+		c.book.forget(cluster)
+		c.clusterQueue.Add(cluster)
+	}
+}
+
+func (c *Controller) observeLease(l *coordinationv1.Lease) {
+	cluster, ok := leaseCluster(l)
+	if !ok {
+		return
+	}
+	if c.book.observe(cluster, leaseVersion(l)) {
+		c.clusterQueue.Add(cluster)
+	}
+}
+
+// onNamespace imports the services of a namespace that appeared.
+func (c *Controller) onNamespace(obj any) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok || !namespaceUsable(ns) {
+		return
+	}
+	objs, err := c.records.ByIndex(byServiceNamespace, ns.Name)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		c.enqueueBrokerObject(o)
+	}
+}
+
+// enqueueBrokerObject enqueues the service a broker object belongs to.
+func (c *Controller) enqueueBrokerObject(obj any) {
+	keys, _ := brokerServiceIndex(obj)
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+}
+
+func (c *Controller) enqueueLocalImport(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueOwnSlice(obj any) {
+	keys, _ := localSliceServiceIndex(obj)
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+}
+
+// serviceKeysOfCluster returns the services cluster exports.
+func (c *Controller) serviceKeysOfCluster(cluster string) []string {
+	objs, err := c.records.ByIndex(byCluster, cluster)
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, o := range objs {
+		k, _ := brokerServiceIndex(o)
+		keys = append(keys, k...)
+	}
+	return keys
+}
+
+// allServiceKeys returns every service with a broker record, and every
+// service of a ServiceImport or slice the importer wrote.
+func (c *Controller) allServiceKeys() []string {
+	seen := map[string]bool{}
+	for _, k := range c.records.ListIndexFuncValues(byService) {
+		seen[k] = true
+	}
+	for _, k := range c.ownSlices.ListIndexFuncValues(byService) {
+		seen[k] = true
+	}
+	if imports, err := c.imports.List(labels.Everything()); err == nil {
+		for _, si := range imports {
+			if managed(si) {
+				seen[si.Namespace+"/"+si.Name] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+func brokerServiceIndex(obj any) ([]string, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	ns, name := m.GetLabels()[record.LabelServiceNamespace], m.GetLabels()[record.LabelServiceName]
+	if ns == "" || name == "" {
+		return nil, nil
+	}
+	return []string{ns + "/" + name}, nil
+}
+
+func localSliceServiceIndex(obj any) ([]string, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	name := m.GetLabels()[mcsv1beta1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{m.GetNamespace() + "/" + name}, nil
+}
+
+func labelIndex(label string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, nil
+		}
+		if v := m.GetLabels()[label]; v != "" {
+			return []string{v}, nil
+		}
+		return nil, nil
+	}
+}

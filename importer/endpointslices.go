@@ -1,0 +1,315 @@
+package importer
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/proxier"
+)
+
+// maxEndpointsPerSlice is the EndpointSlice API's limit.
+const maxEndpointsPerSlice = 1000
+
+// source is one live contributing cluster's part of a service: its export
+// record and its broker EndpointSlices.
+type source struct {
+	export record.Export
+	slices []*discoveryv1.EndpointSlice
+}
+
+// desiredSlices computes the local MCS EndpointSlices of one service: for
+// each source cluster and each of the service's address families, that
+// cluster's broker endpoints, endpoints with the same ports together, at
+// most maxEndpointsPerSlice per slice. Each slice holds one cluster's
+// endpoints only, names it in multicluster.kubernetes.io/source-cluster,
+// is owned by the ServiceImport and says in proxier.ServicePortsAnnotation
+// which port numbers that cluster's Service has. The result is
+// deterministic, so an unchanged service yields unchanged slices.
+func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv1.EndpointSlice {
+	families := map[discoveryv1.AddressType]bool{}
+	for _, f := range si.Spec.IPFamilies {
+		families[addressType(f)] = true
+	}
+	owner := metav1.OwnerReference{
+		APIVersion: mcsv1beta1.GroupVersion.String(),
+		Kind:       mcsv1beta1.ServiceImportKindName,
+		Name:       si.Name,
+		UID:        si.UID,
+		Controller: ptr.To(true),
+	}
+	ordered := slices.Clone(sources)
+	slices.SortFunc(ordered, func(a, b source) int { return cmp.Compare(a.export.Cluster, b.export.Cluster) })
+
+	var out []*discoveryv1.EndpointSlice
+	for _, src := range ordered {
+		cluster := src.export.Cluster
+		ports := proxier.ServicePorts{}
+		for _, p := range src.export.Ports {
+			ports.Add(p.Name, p.Protocol, p.Port)
+		}
+		portsValue := ports.Encode()
+
+		type group struct {
+			family    discoveryv1.AddressType
+			portsKey  string
+			ports     []discoveryv1.EndpointPort
+			endpoints map[string]discoveryv1.Endpoint
+		}
+		groups := map[string]*group{}
+		for _, s := range src.slices {
+			if !families[s.AddressType] {
+				// Endpoints of a family the service does not have cannot
+				// be reached through it.
+				continue
+			}
+			key := string(s.AddressType) + "|" + portsKey(s.Ports)
+			g := groups[key]
+			if g == nil {
+				g = &group{family: s.AddressType, portsKey: portsKey(s.Ports), ports: clonePorts(s.Ports), endpoints: map[string]discoveryv1.Endpoint{}}
+				groups[key] = g
+			}
+			for _, ep := range s.Endpoints {
+				if len(ep.Addresses) == 0 {
+					continue
+				}
+				g.endpoints[ep.Addresses[0]] = *ep.DeepCopy()
+			}
+		}
+		ordered := make([]*group, 0, len(groups))
+		for _, g := range groups {
+			ordered = append(ordered, g)
+		}
+		slices.SortFunc(ordered, func(a, b *group) int {
+			return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.portsKey, b.portsKey))
+		})
+		index := map[discoveryv1.AddressType]int{}
+		for _, g := range ordered {
+			eps := make([]discoveryv1.Endpoint, 0, len(g.endpoints))
+			for _, ep := range g.endpoints {
+				eps = append(eps, ep)
+			}
+			slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
+			// A group without endpoints still gets its (empty) slice: the
+			// cluster exports the service in that family.
+			for start := 0; start == 0 || start < len(eps); start += maxEndpointsPerSlice {
+				end := min(start+maxEndpointsPerSlice, len(eps))
+				out = append(out, &discoveryv1.EndpointSlice{
+					ObjectMeta: metav1.ObjectMeta{
+						Name:            SliceName(si.Name, cluster, g.family, index[g.family]),
+						Namespace:       si.Namespace,
+						Labels:          sliceLabels(si.Name, cluster),
+						Annotations:     map[string]string{proxier.ServicePortsAnnotation: portsValue},
+						OwnerReferences: []metav1.OwnerReference{owner},
+					},
+					AddressType: g.family,
+					Endpoints:   eps[start:end],
+					Ports:       clonePorts(g.ports),
+				})
+				index[g.family]++
+			}
+		}
+	}
+	return out
+}
+
+// SliceName is the name of the index-th local EndpointSlice holding
+// cluster's endpoints of the service in one address family:
+// "<service>.<cluster>.<family>-<index>", for example "cart.east.ipv4-0".
+// Service names and cluster IDs are RFC 1123 labels without dots, so the
+// name is unique in the namespace and never equals a core EndpointSlice's
+// ("<service>-<random>"). Should it not be a valid name, it is a readable
+// prefix and a hash of the parts instead.
+func SliceName(service, cluster string, family discoveryv1.AddressType, index int) string {
+	suffix := strings.ToLower(string(family)) + "-" + strconv.Itoa(index)
+	name := service + "." + cluster + "." + suffix
+	if len(validation.IsDNS1123Label(service)) == 0 && len(validation.IsDNS1123Label(cluster)) == 0 &&
+		len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(service + "\x00" + cluster + "\x00" + suffix))
+	var b strings.Builder
+	for _, r := range strings.ToLower(service + "-" + cluster) {
+		if b.Len() >= 100 {
+			break
+		}
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	prefix := strings.Trim(b.String(), "-")
+	if prefix != "" {
+		prefix += "-"
+	}
+	return prefix + hex.EncodeToString(sum[:])[:40] + "-" + suffix
+}
+
+// sliceLabels are the labels of a local MCS EndpointSlice: the two
+// mcs-api labels and the importer's managed-by, never
+// kubernetes.io/service-name (kube-proxy must not take it for a Service's).
+func sliceLabels(service, cluster string) map[string]string {
+	return map[string]string{
+		mcsv1beta1.LabelServiceName:   service,
+		mcsv1beta1.LabelSourceCluster: cluster,
+		discoveryv1.LabelManagedBy:    EndpointSliceManager,
+	}
+}
+
+func addressType(f corev1.IPFamily) discoveryv1.AddressType {
+	if f == corev1.IPv6Protocol {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
+}
+
+func portsKey(ports []discoveryv1.EndpointPort) string {
+	parts := make([]string, 0, len(ports))
+	for _, p := range ports {
+		parts = append(parts, fmt.Sprintf("%s/%s/%d/%s", ptr.Deref(p.Name, ""), ptr.Deref(p.Protocol, corev1.ProtocolTCP), ptr.Deref(p.Port, 0), ptr.Deref(p.AppProtocol, "")))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func clonePorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	if ports == nil {
+		return nil
+	}
+	out := make([]discoveryv1.EndpointPort, len(ports))
+	for i := range ports {
+		ports[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+// sliceUpToDate reports whether have already holds what want says: the
+// importer's labels and annotation, its owner reference, no
+// kubernetes.io/service-name, and the same endpoints and ports. Labels and
+// annotations of others are ignored.
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	if _, ok := have.Labels[discoveryv1.LabelServiceName]; ok {
+		return false
+	}
+	for k, v := range want.Annotations {
+		if have.Annotations[k] != v {
+			return false
+		}
+	}
+	return have.AddressType == want.AddressType &&
+		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
+		apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) &&
+		apiequality.Semantic.DeepEqual(have.Ports, want.Ports)
+}
+
+// writeSlices makes the service's local MCS EndpointSlices match the live
+// contributing clusters' broker slices: slices are updated in place, and
+// only extras are deleted (none while the broker is unreachable).
+func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, live []string, exports map[string]record.Export) error {
+	key := si.Namespace + "/" + si.Name
+	remote, err := c.remoteSlices.ByIndex(byService, key)
+	if err != nil {
+		return err
+	}
+	byCluster := map[string][]*discoveryv1.EndpointSlice{}
+	for _, o := range remote {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			continue
+		}
+		cluster := s.Labels[record.LabelSourceCluster]
+		byCluster[cluster] = append(byCluster[cluster], s)
+	}
+	var sources []source
+	for _, cluster := range live {
+		sources = append(sources, source{export: exports[cluster], slices: byCluster[cluster]})
+	}
+	want := desiredSlices(si, sources)
+
+	own, err := c.ownSlices.ByIndex(byService, key)
+	if err != nil {
+		return err
+	}
+	have := map[string]*discoveryv1.EndpointSlice{}
+	for _, o := range own {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			have[s.Name] = s
+		}
+	}
+	api := c.cfg.Local.DiscoveryV1().EndpointSlices(si.Namespace)
+	var errs []error
+	for _, w := range want {
+		cur, ok := have[w.Name]
+		delete(have, w.Name)
+		switch {
+		case !ok:
+			_, err := api.Create(ctx, w, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				errs = append(errs, fmt.Errorf("EndpointSlice %s/%s exists but is not cached yet", w.Namespace, w.Name))
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("creating EndpointSlice %s/%s: %w", w.Namespace, w.Name, err))
+				continue
+			}
+			c.cfg.Metrics.wrote("endpointslice", "create")
+		case cur.AddressType != w.AddressType:
+			// The address type cannot change: replace the slice.
+			errs = append(errs, c.deleteSlice(ctx, cur))
+		case !sliceUpToDate(cur, w):
+			upd := cur.DeepCopy()
+			if upd.Labels == nil {
+				upd.Labels = map[string]string{}
+			}
+			delete(upd.Labels, discoveryv1.LabelServiceName)
+			for k, v := range w.Labels {
+				upd.Labels[k] = v
+			}
+			if upd.Annotations == nil {
+				upd.Annotations = map[string]string{}
+			}
+			for k, v := range w.Annotations {
+				upd.Annotations[k] = v
+			}
+			upd.OwnerReferences, upd.Endpoints, upd.Ports = w.OwnerReferences, w.Endpoints, w.Ports
+			if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+				errs = append(errs, fmt.Errorf("updating EndpointSlice %s/%s: %w", upd.Namespace, upd.Name, err))
+				continue
+			}
+			c.cfg.Metrics.wrote("endpointslice", "update")
+		}
+	}
+	if len(have) > 0 {
+		if since, down := c.brokerDown(); down {
+			klog.FromContext(ctx).V(2).Info("Not deleting EndpointSlices while the broker is unreachable", "slices", len(have), "lastContact", since)
+			return errors.Join(errs...)
+		}
+	}
+	for _, extra := range have {
+		errs = append(errs, c.deleteSlice(ctx, extra))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,211 @@
+package importer
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// leaseBook decides which clusters are live. A cluster is live while this
+// importer has seen its broker Lease change within the TTL. Ages are taken
+// on this importer's own clock from the moment it saw the change, never
+// from the renewTime the other cluster wrote: clocks of different clusters
+// may disagree, and a skewed clock must not kill or revive a cluster.
+//
+// While the broker cannot be reached nothing can be observed, so the book
+// is frozen at the last moment the broker answered: nobody dies for lack
+// of news. When the broker answers again every cluster that was live then
+// starts a fresh TTL, giving its heartbeat time to show up.
+type leaseBook struct {
+	clock clock.PassiveClock
+	ttl   time.Duration
+	local string
+
+	mu   sync.Mutex
+	seen map[string]leaseSeen
+	// frozenAt is when the broker last answered before it stopped; nil
+	// while it answers.
+	frozenAt *time.Time
+	// reported is the liveness last reported by transitions, to tell
+	// changes apart.
+	reported map[string]bool
+}
+
+// leaseSeen is the last version of a cluster's Lease this importer saw and
+// when, on its own clock.
+type leaseSeen struct {
+	version  string
+	observed time.Time
+}
+
+func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leaseBook {
+	return &leaseBook{clock: clk, ttl: ttl, local: local, seen: map[string]leaseSeen{}, reported: map[string]bool{}}
+}
+
+// leaseVersion is what changes when a cluster renews its Lease: the
+// renewTime it wrote, or, for a Lease without one, its resourceVersion.
+func leaseVersion(l *coordinationv1.Lease) string {
+	if l.Spec.RenewTime != nil {
+		return l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return "rv:" + l.ResourceVersion
+}
+
+// leaseCluster returns the cluster a broker Lease is the heartbeat of, and
+// false for any other Lease in the broker namespace.
+func leaseCluster(l *coordinationv1.Lease) (string, bool) {
+	cluster := l.Labels[record.LabelSourceCluster]
+	if cluster == "" || l.Name != record.LeaseName(cluster) {
+		return "", false
+	}
+	return cluster, true
+}
+
+// observe records the current version of cluster's Lease. It returns true
+// when the version differs from the last one seen: a renewal.
+func (b *leaseBook) observe(cluster, version string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.seen[cluster]
+	if ok && s.version == version {
+		return false
+	}
+	b.seen[cluster] = leaseSeen{version: version, observed: b.clock.Now()}
+	return true
+}
+
+// forget drops a cluster whose Lease was deleted: it left the clusterset,
+// or was removed from it.
+func (b *leaseBook) forget(cluster string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.seen, cluster)
+}
+
+// live reports whether cluster's endpoints belong to its services.
+func (b *leaseBook) live(cluster string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.liveLocked(cluster)
+}
+
+func (b *leaseBook) liveLocked(cluster string) bool {
+	if cluster == b.local {
+		return true
+	}
+	s, ok := b.seen[cluster]
+	if !ok {
+		return false
+	}
+	at := b.clock.Now()
+	if b.frozenAt != nil {
+		at = *b.frozenAt
+	}
+	return at.Sub(s.observed) < b.ttl
+}
+
+// expiresIn returns how long cluster stays live without another renewal,
+// and false when it is not live, is this cluster, or the book is frozen
+// (nothing expires then).
+func (b *leaseBook) expiresIn(cluster string) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cluster == b.local || b.frozenAt != nil || !b.liveLocked(cluster) {
+		return 0, false
+	}
+	return b.seen[cluster].observed.Add(b.ttl).Sub(b.clock.Now()), true
+}
+
+// transition reevaluates cluster and reports whether its liveness changed
+// since the last call for it.
+func (b *leaseBook) transition(cluster string) (live, changed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	live = b.liveLocked(cluster)
+	prev, known := b.reported[cluster]
+	b.reported[cluster] = live
+	return live, live != prev || !known
+}
+
+// freeze stops time for liveness at lastContact, the last moment the broker
+// answered. Freezing a frozen book keeps the first moment.
+func (b *leaseBook) freeze(lastContact time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.frozenAt == nil {
+		b.frozenAt = &lastContact
+	}
+}
+
+// thaw lets time run again after the broker answered: every cluster that
+// was live when it stopped answering starts a fresh TTL now. A cluster that
+// was already dead stays dead until its Lease changes.
+func (b *leaseBook) thaw() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.frozenAt == nil {
+		return
+	}
+	now := b.clock.Now()
+	for cluster, s := range b.seen {
+		if b.liveLocked(cluster) {
+			s.observed = now
+			b.seen[cluster] = s
+		}
+	}
+	b.frozenAt = nil
+}
+
+// frozen reports whether the book is frozen, and since when.
+func (b *leaseBook) frozen() (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.frozenAt == nil {
+		return time.Time{}, false
+	}
+	return *b.frozenAt, true
+}
+
+// clusters returns every cluster the book knows of, sorted: those with a
+// Lease and those it reported on.
+func (b *leaseBook) clusters() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for c := range b.seen {
+		out = append(out, c)
+	}
+	for c := range b.reported {
+		if _, ok := b.seen[c]; !ok {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// liveCount is the number of live clusters the book knows of, this one
+// included.
+func (b *leaseBook) liveCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	localSeen := false
+	for c := range b.seen {
+		if c == b.local {
+			localSeen = true
+		}
+		if b.liveLocked(c) {
+			n++
+		}
+	}
+	if !localSeen {
+		n++
+	}
+	return n
+}

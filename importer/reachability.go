@@ -1,0 +1,158 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// maxProbeInterval is how often the broker is asked whether it answers
+// (more often with a short TTL, see probeInterval).
+const maxProbeInterval = 2 * time.Second
+
+// reachability is whether the broker answers, as the probe, the informers'
+// watch errors and the heartbeat's hints tell it.
+type reachability struct {
+	mu          sync.Mutex
+	down        bool
+	lastContact time.Time
+}
+
+// probeInterval is how often the broker is probed: often enough that an
+// outage is noticed well before any cluster's TTL runs out on a frozen
+// informer cache.
+func (c *Controller) probeInterval() time.Duration {
+	return min(maxProbeInterval, c.cfg.ClusterTTL/3)
+}
+
+// brokerDown reports whether the broker is unreachable, and since when
+// (the last time it answered).
+func (c *Controller) brokerDown() (time.Time, bool) {
+	c.broker.mu.Lock()
+	defer c.broker.mu.Unlock()
+	return c.broker.lastContact, c.broker.down
+}
+
+// runProbe lists the heartbeat Leases every probeInterval, or at once when
+// a watch fails or the heartbeat says it could not renew. The answer is
+// both the reachability verdict and a source of Lease observations that
+// does not depend on the informers' watches, which back off for up to a
+// minute after an outage.
+func (c *Controller) runProbe(ctx context.Context) {
+	for {
+		c.probe(ctx)
+		timer := c.cfg.Clock.NewTimer(c.probeInterval())
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C():
+		case <-c.probeNow:
+		}
+		timer.Stop()
+	}
+}
+
+func (c *Controller) probe(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.probeInterval())
+	defer cancel()
+	leases, err := c.cfg.Broker.CoordinationV1().Leases(c.cfg.BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // shutting down
+	}
+	if err == nil {
+		for i := range leases.Items {
+			c.observeLease(&leases.Items[i])
+		}
+	}
+	c.brokerAnswered(ctx, err)
+}
+
+// requestProbe asks the probe to run now, without waiting for it.
+func (c *Controller) requestProbe() {
+	select {
+	case c.probeNow <- struct{}{}:
+	default:
+	}
+}
+
+// watchErrorHandler logs a broker watch failure as client-go does, and has
+// the probe decide at once whether the broker is gone. A watch that simply
+// ended or expired is routine and says nothing about the broker.
+func (c *Controller) watchErrorHandler(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return
+	}
+	c.requestProbe()
+}
+
+// brokerAnswered takes the outcome of a request to the broker. A success
+// after an outage thaws liveness and resyncs every service; a failure
+// freezes liveness at the last success and has every ServiceImport say so.
+func (c *Controller) brokerAnswered(ctx context.Context, err error) {
+	logger := klog.FromContext(ctx)
+	now := c.cfg.Clock.Now()
+	c.broker.mu.Lock()
+	wasDown := c.broker.down
+	if err == nil {
+		c.broker.lastContact = now
+		c.broker.down = false
+	} else {
+		c.broker.down = true
+	}
+	lastContact := c.broker.lastContact
+	c.broker.mu.Unlock()
+
+	switch {
+	case err == nil && wasDown:
+		c.book.thaw()
+		c.cfg.Metrics.setBrokerReachable(true)
+		logger.Info("The broker answers again; clusters get a fresh TTL and every service is resynced", "unreachableFor", now.Sub(lastContact))
+		c.resyncAll()
+	case err == nil:
+		c.cfg.Metrics.setBrokerReachable(true)
+	case !wasDown:
+		c.book.freeze(lastContact)
+		c.cfg.Metrics.setBrokerReachable(false)
+		logger.Error(err, "The broker does not answer; serving the last known state, dropping no cluster and deleting nothing until it does", "lastContact", lastContact)
+		c.resyncAll()
+	}
+}
+
+// ObserveBroker takes a hint from the heartbeat (its OnRenew): a renewal
+// that went through proves the broker answers; one that failed has the
+// probe check at once. The importer works without these hints.
+func (c *Controller) ObserveBroker(err error) {
+	if err != nil {
+		c.requestProbe()
+		return
+	}
+	if !c.Synced() {
+		return
+	}
+	c.brokerAnswered(context.Background(), nil)
+}
+
+// resyncAll enqueues every service the importer knows of, and reevaluates
+// every cluster.
+func (c *Controller) resyncAll() {
+	if !c.Synced() {
+		return
+	}
+	for _, key := range c.allServiceKeys() {
+		c.queue.Add(key)
+	}
+	for _, cluster := range c.book.clusters() {
+		c.clusterQueue.Add(cluster)
+	}
+}

@@ -1,0 +1,248 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// sync makes this cluster import one service exactly as the broker's
+// records say: the ServiceImport, its status and its EndpointSlices. It is
+// idempotent: with nothing changed it writes nothing.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("service", key)
+	ctx = klog.NewContext(ctx, logger)
+
+	exports, err := c.exportsOf(ctx, namespace, name)
+	if err != nil {
+		return err
+	}
+	si, err := c.imports.ServiceImports(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		si = nil
+	} else if err != nil {
+		return err
+	}
+	if len(exports) == 0 {
+		return c.remove(ctx, namespace, name, si)
+	}
+	res, err := merge.Merge(exports)
+	if err != nil {
+		return fmt.Errorf("merging the records of %s: %w", key, err)
+	}
+	if !c.namespaceUsable(namespace) {
+		// Namespace sameness: imported only where the namespace exists. A
+		// terminating namespace takes its ServiceImport with it.
+		logger.V(4).Info("Not importing: the namespace does not exist or is terminating")
+		return nil
+	}
+
+	live := c.liveClusters(res.Clusters)
+	si, err = c.writeServiceImport(ctx, si, namespace, name, res)
+	if err != nil {
+		return err
+	}
+	byCluster := make(map[string]record.Export, len(exports))
+	for _, e := range exports {
+		byCluster[e.Cluster] = e
+	}
+	sliceErr := c.writeSlices(ctx, si, live, byCluster)
+	statusErr := c.writeStatus(ctx, si, res, live)
+	logger.V(4).Info("Synced import", "type", res.Spec.Type, "ips", res.Spec.IPs, "clusters", res.Clusters, "live", live)
+	return errors.Join(sliceErr, statusErr)
+}
+
+// exportsOf returns the valid records of a service. An invalid record is
+// left out (one broken writer must not stop everyone's import) and said
+// so at -v=2.
+func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]record.Export, error) {
+	objs, err := c.records.ByIndex(byService, namespace+"/"+name)
+	if err != nil {
+		return nil, err
+	}
+	exports := make([]record.Export, 0, len(objs))
+	for _, o := range objs {
+		obj, ok := o.(*mcsv1beta1.ServiceImport)
+		if !ok {
+			continue
+		}
+		e, err := record.Decode(obj)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Ignoring an invalid broker record", "record", klog.KObj(obj), "err", err)
+			continue
+		}
+		exports = append(exports, e)
+	}
+	return exports, nil
+}
+
+// liveClusters are the contributing clusters whose endpoints are served.
+func (c *Controller) liveClusters(contributing []string) []string {
+	var live []string
+	for _, cluster := range contributing {
+		if c.book.live(cluster) {
+			live = append(live, cluster)
+		}
+	}
+	return live
+}
+
+func (c *Controller) namespaceUsable(name string) bool {
+	ns, err := c.namespaces.Get(name)
+	return err == nil && namespaceUsable(ns)
+}
+
+func namespaceUsable(ns *corev1.Namespace) bool {
+	return ns.DeletionTimestamp == nil && ns.Status.Phase != corev1.NamespaceTerminating
+}
+
+// writeServiceImport creates the ServiceImport, or updates its spec and
+// the metadata the importer owns when they differ from the merge's. It
+// returns the object as the API server has it now.
+func (c *Controller) writeServiceImport(ctx context.Context, si *mcsv1beta1.ServiceImport, namespace, name string, res merge.Result) (*mcsv1beta1.ServiceImport, error) {
+	api := c.cfg.LocalMCS.MulticlusterV1beta1().ServiceImports(namespace)
+	spec := desiredSpec(res)
+	if si == nil {
+		obj := &mcsv1beta1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec:       spec,
+		}
+		applyMetadata(&obj.ObjectMeta, res.Labels, res.Annotations)
+		created, err := api.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The cache is behind: the next sync sees it and updates it.
+			return nil, fmt.Errorf("ServiceImport %s/%s exists but is not cached yet", namespace, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating ServiceImport %s/%s: %w", namespace, name, err)
+		}
+		c.cfg.Metrics.wrote("serviceimport", "create")
+		klog.FromContext(ctx).Info("Imported service", "serviceImport", klog.KObj(created), "type", spec.Type, "ips", spec.IPs, "clusters", res.Clusters)
+		c.cfg.Recorder.Eventf(created, corev1.EventTypeNormal, "Created", "Imported from %s: type %s%s", strings.Join(res.Clusters, ", "), spec.Type, ipsNote(spec.IPs))
+		return created, nil
+	}
+
+	upd := si.DeepCopy()
+	metaChanged := applyMetadata(&upd.ObjectMeta, res.Labels, res.Annotations)
+	changed := specChanges(si.Spec, spec)
+	if !metaChanged && len(changed) == 0 {
+		return si, nil
+	}
+	upd.Spec = spec
+	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("updating ServiceImport %s/%s: %w", namespace, name, err)
+	}
+	c.cfg.Metrics.wrote("serviceimport", "update")
+	if len(changed) > 0 {
+		klog.FromContext(ctx).Info("Updated imported service", "serviceImport", klog.KObj(updated), "changed", changed, "ips", spec.IPs)
+		c.cfg.Recorder.Eventf(updated, corev1.EventTypeNormal, "Updated", "Spec updated from the exports (%s)", strings.Join(changed, ", "))
+	} else {
+		klog.FromContext(ctx).V(2).Info("Updated the exported labels and annotations of an imported service", "serviceImport", klog.KObj(updated))
+	}
+	return updated, nil
+}
+
+// desiredSpec is the merge's spec as the ServiceImport holds it.
+func desiredSpec(res merge.Result) mcsv1beta1.ServiceImportSpec {
+	spec := *res.Spec.DeepCopy()
+	if spec.Ports == nil {
+		// Required by the CRD: never null.
+		spec.Ports = []mcsv1beta1.ServicePort{}
+	}
+	return spec
+}
+
+// specChanges names the fields in which have differs from want.
+func specChanges(have, want mcsv1beta1.ServiceImportSpec) []string {
+	var out []string
+	check := func(field string, a, b any) {
+		if !apiequality.Semantic.DeepEqual(a, b) {
+			out = append(out, field)
+		}
+	}
+	check("type", have.Type, want.Type)
+	check("ports", have.Ports, want.Ports)
+	check("ips", have.IPs, want.IPs)
+	check("ipFamilies", have.IPFamilies, want.IPFamilies)
+	check("sessionAffinity", have.SessionAffinity, want.SessionAffinity)
+	check("sessionAffinityConfig", have.SessionAffinityConfig, want.SessionAffinityConfig)
+	check("internalTrafficPolicy", have.InternalTrafficPolicy, want.InternalTrafficPolicy)
+	check("trafficDistribution", have.TrafficDistribution, want.TrafficDistribution)
+	if len(out) == 0 && !apiequality.Semantic.DeepEqual(have, want) {
+		out = append(out, "spec")
+	}
+	return out
+}
+
+func ipsNote(ips []string) string {
+	if len(ips) == 0 {
+		return ""
+	}
+	return ", ClusterSetIPs " + strings.Join(ips, ", ")
+}
+
+// remove deletes the importer's slices and ServiceImport of a service no
+// cluster exports any more. While the broker is unreachable nothing is
+// deleted: an empty cache then means nothing.
+func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcsv1beta1.ServiceImport) error {
+	if since, down := c.brokerDown(); down {
+		klog.FromContext(ctx).V(2).Info("Not removing the import while the broker is unreachable", "lastContact", since)
+		return nil
+	}
+	own, err := c.ownSlices.ByIndex(byService, namespace+"/"+name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range own {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			continue
+		}
+		errs = append(errs, c.deleteSlice(ctx, s))
+	}
+	if si != nil && managed(si) {
+		err := c.cfg.LocalMCS.MulticlusterV1beta1().ServiceImports(namespace).Delete(ctx, name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &si.UID},
+		})
+		switch {
+		case err == nil:
+			c.cfg.Metrics.wrote("serviceimport", "delete")
+			klog.FromContext(ctx).Info("Removed imported service: no cluster exports it", "serviceImport", klog.KObj(si))
+		case !apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("deleting ServiceImport %s/%s: %w", namespace, name, err))
+		}
+	}
+	if si != nil {
+		c.cfg.Metrics.forget(namespace, name)
+	}
+	c.departures.forget(namespace + "/" + name)
+	return errors.Join(errs...)
+}
+
+func (c *Controller) deleteSlice(ctx context.Context, s *discoveryv1.EndpointSlice) error {
+	err := c.cfg.Local.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	c.cfg.Metrics.wrote("endpointslice", "delete")
+	return nil
+}
