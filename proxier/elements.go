@@ -97,6 +97,17 @@ func (s *elementStore) diff(tx *knftables.Transaction, old, new []element) {
 	}
 }
 
+// count is the number of elements of container whose value is value.
+func (s *elementStore) count(container, value string) int {
+	n := 0
+	for _, e := range s.entries[container] {
+		if e.value == value {
+			n++
+		}
+	}
+	return n
+}
+
 // len is the number of elements in container.
 func (s *elementStore) len(container string) int { return len(s.entries[container]) }
 

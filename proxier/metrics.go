@@ -7,12 +7,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the proxier's Prometheus metrics, named as kube-proxy's are
-// (under "mcsd_proxier_" instead of "kubeproxy_") so that dashboards carry
-// over. Every metric has an ip_family label; the proxiers of both families
-// share one set.
+// metrics are the proxier's Prometheus metrics, named and labelled as
+// kube-proxy's are (under "mcsd_proxier_" instead of "kubeproxy_") so that
+// dashboards and alerts carry over: one histogram for every sync and one each
+// for full and partial syncs, the change counters, the last-sync timestamps.
+// Every metric has an ip_family label; the proxiers of both families share
+// one set.
 type metrics struct {
 	syncDuration           *prometheus.HistogramVec
+	syncFullDuration       *prometheus.HistogramVec
+	syncPartialDuration    *prometheus.HistogramVec
+	noLocalEndpoints       *prometheus.GaugeVec
 	networkProgramming     *prometheus.HistogramVec
 	lastSync               *prometheus.GaugeVec
 	lastQueued             *prometheus.GaugeVec
@@ -31,6 +36,9 @@ const (
 	metricsSubsystem = "proxier"
 )
 
+// syncBuckets are the sync duration buckets, 1 ms to 32 s.
+var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+
 // newMetrics creates the metrics and registers them with reg (nil: not
 // registered). A metric that reg already holds, from the proxier of the
 // other family, is shared.
@@ -38,10 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	opts := func(name, help string) (string, string, string, string) {
 		return metricsNamespace, metricsSubsystem, name, help
 	}
-	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	histogram := func(name, help string, buckets []float64) *prometheus.HistogramVec {
 		ns, sub, n, h := opts(name, help)
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: n, Help: h, Buckets: buckets},
-			append([]string{"ip_family"}, labels...))
+			[]string{"ip_family"})
 	}
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		ns, sub, n, h := opts(name, help)
@@ -53,8 +61,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{
 		syncDuration: histogram("sync_proxy_rules_duration_seconds",
-			"Time a sync of the nftables rules took, by kind of sync (full or partial).",
-			prometheus.ExponentialBuckets(0.001, 2, 16), "sync"),
+			"Time a sync of the nftables rules took, full or partial.", syncBuckets),
+		syncFullDuration: histogram("sync_full_proxy_rules_duration_seconds",
+			"Time a full sync of the nftables rules took.", syncBuckets),
+		syncPartialDuration: histogram("sync_partial_proxy_rules_duration_seconds",
+			"Time a partial sync of the nftables rules took.", syncBuckets),
+		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sync_proxy_rules_no_local_endpoints_total",
+			Help: "Service ports with internalTrafficPolicy Local whose traffic is dropped for want of local endpoints."},
+			[]string{"traffic_policy", "ip_family"}),
 		networkProgramming: histogram("network_programming_duration_seconds",
 			"Time from a change to a ServiceImport or MCS EndpointSlice to the nftables rules that apply it.",
 			prometheus.ExponentialBuckets(0.01, 2, 17)),
@@ -82,6 +97,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	registerShared(reg, &m.syncDuration, &errs)
+	registerShared(reg, &m.syncFullDuration, &errs)
+	registerShared(reg, &m.syncPartialDuration, &errs)
+	registerShared(reg, &m.noLocalEndpoints, &errs)
 	registerShared(reg, &m.networkProgramming, &errs)
 	registerShared(reg, &m.lastSync, &errs)
 	registerShared(reg, &m.lastQueued, &errs)

@@ -161,6 +161,13 @@ func writeStatic(tx *knftables.Transaction, o staticOptions, resetBaseChains boo
 			" masquerade fully-random"})
 }
 
+// dropVerdict is the no-endpoint-services verdict of a port whose
+// internalTrafficPolicy Local leaves it no endpoint while other clusters
+// have some. kube-proxy drops such traffic rather than rejecting it: the
+// service has endpoints, only none this node may use, and a reject would
+// tell the client the service does not exist.
+const dropVerdict = "drop"
+
 // element is one element of a static map or set; key and value are their
 // parts joined by " . ", value empty for a set.
 type element struct {
@@ -207,7 +214,7 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words) *
 		if len(c.endpoints) == 0 {
 			verdict := "goto " + rejectChain
 			if c.dropped {
-				verdict = "drop"
+				verdict = dropVerdict
 			}
 			r.elements = append(r.elements, element{container: noEndpointServicesMap, key: key, value: verdict})
 			continue

@@ -138,7 +138,14 @@ func (p *Proxier) syncProxyRules() error {
 	p.clearConntrack(stale)
 
 	now := p.clock.Now()
-	p.metrics.syncDuration.WithLabelValues(string(p.family), kind).Observe(now.Sub(start).Seconds())
+	elapsed := now.Sub(start).Seconds()
+	p.metrics.syncDuration.WithLabelValues(string(p.family)).Observe(elapsed)
+	if full {
+		p.metrics.syncFullDuration.WithLabelValues(string(p.family)).Observe(elapsed)
+	} else {
+		p.metrics.syncPartialDuration.WithLabelValues(string(p.family)).Observe(elapsed)
+	}
+	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(p.elements.count(noEndpointServicesMap, dropVerdict)))
 	for name, times := range changes.triggers {
 		for _, t := range times {
 			latency := now.Sub(t)
