@@ -240,7 +240,7 @@ type kernelWorld struct {
 	podsByName       map[string]*pod
 }
 
-func newKernelWorld(t *testing.T) *kernelWorld {
+func newKernelWorld(t *testing.T, edit ...func(*Config)) *kernelWorld {
 	t.Helper()
 	w := &kernelWorld{node: newNode(t)}
 	w.client = newPod(t, w.node, "c0", localCluster, "100.64.1.2", "fd64:1::2", false)
@@ -265,11 +265,15 @@ func newKernelWorld(t *testing.T) *kernelWorld {
 	if err := w.node.Do(func() (err error) { ct, err = NewConntrack(); return err }); err != nil {
 		t.Fatal(err)
 	}
-	w.proxier, err = NewDualStack(Config{
+	cfg := Config{
 		ClusterID: localCluster,
 		Conntrack: ct,
 		PodCIDRs:  []string{"100.64.0.0/16", "fd64::/16"},
-	}, w.nft4, w.nft6)
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	w.proxier, err = NewDualStack(cfg, w.nft4, w.nft6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +343,9 @@ func TestKernel(t *testing.T) {
 		newImport("close", []string{"243.64.0.14"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
 			withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)),
 		newImport("self", []string{"243.64.0.15"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+		newImport("internal", []string{"243.64.0.16"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
+			withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)),
+		newImport("draining", []string{"243.64.0.17"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
 	}
 	var all []*discoveryv1.EndpointSlice
 	all = append(all, kernelSlices("web", localCluster, web, w.e1, w.e2)...)
@@ -351,6 +358,13 @@ func TestKernel(t *testing.T) {
 	all = append(all, closeLocal...)
 	all = append(all, kernelSlices("close", remoteCluster, []slicePort{tcp("http", 80, 8080)}, w.w1, w.w2)...)
 	all = append(all, kernelSlices("self", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1)...)
+	internalLocal := kernelSlices("internal", localCluster, []slicePort{tcp("http", 80, 8080)}, w.e1)
+	all = append(all, internalLocal...)
+	all = append(all, kernelSlices("internal", remoteCluster, []slicePort{tcp("http", 80, 8080)}, w.w1, w.w2)...)
+	draining := newSlice("draining", localCluster, []slicePort{tcp("http", 80, 8080)},
+		ready(w.e1.ip.String()), terminating(w.e2.ip.String(), true))
+	all = append(all, draining)
+	all = append(all, newSlice("draining", remoteCluster, []slicePort{tcp("http", 80, 8080)}, terminating(w.w1.ip.String(), false)))
 	for _, si := range imports {
 		w.proxier.OnServiceImportAdd(si)
 	}
@@ -463,6 +477,41 @@ func TestKernel(t *testing.T) {
 			t.Errorf("after recovery connections went to %v, want the local cluster only", counts)
 		}
 	})
+	t.Run("internalTrafficPolicy Local uses this cluster's endpoints only, and drops without them", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.16:80", 20)
+		if counts["e1"] != 20 {
+			t.Errorf("connections went to %v, want e1 only", counts)
+		}
+		gone := newSlice("internal", localCluster, []slicePort{tcp("http", 80, 8080)})
+		w.proxier.OnEndpointSliceUpdate(internalLocal[0], gone)
+		w.sync(t)
+		// Dropped, not refused: the client hears nothing.
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		if id, err := w.client.ask(ctx, "tcp", "243.64.0.16:80"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("without local endpoints: %v, %v; want a timeout (dropped)", id, err)
+		}
+		w.proxier.OnEndpointSliceUpdate(gone, internalLocal[0])
+		w.sync(t)
+		if id, err := w.client.ask(t.Context(), "tcp", "243.64.0.16:80"); err != nil || id.Pod != "e1" {
+			t.Errorf("after the local endpoint came back: %v, %v", id, err)
+		}
+	})
+	t.Run("serving terminating endpoints get traffic only while no endpoint is ready", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.17:80", 20)
+		if counts["e1"] != 20 {
+			t.Errorf("connections went to %v, want the ready e1 only", counts)
+		}
+		drained := newSlice("draining", localCluster, []slicePort{tcp("http", 80, 8080)},
+			notReady(w.e1.ip.String()), terminating(w.e2.ip.String(), true))
+		w.proxier.OnEndpointSliceUpdate(draining, drained)
+		w.sync(t)
+		// w1 is terminating but no longer serving: never used.
+		counts = spread(t, w.client, "tcp", "243.64.0.17:80", 20)
+		if counts["e2"] != 20 {
+			t.Errorf("with nothing ready connections went to %v, want the serving terminating e2 only", counts)
+		}
+	})
 	t.Run("a removed endpoint gets no new connections, and a UDP flow moves off it", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
@@ -535,6 +584,39 @@ func TestKernel(t *testing.T) {
 		}
 		if strings.Contains(out, "ns/sticky/") {
 			t.Errorf("the sticky import's objects remain:\n%s", out)
+		}
+	})
+}
+
+func TestKernelPreferLocalCluster(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "ip", "sysctl")
+	w := newKernelWorld(t, func(c *Config) { c.PreferLocalCluster = true })
+	port := []slicePort{tcp("http", 80, 8080)}
+	local := kernelSlices("web", localCluster, port, w.e1, w.e2)
+	w.proxier.OnServiceImportAdd(newImport("web", []string{"243.64.0.10", "fd00:243::10"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}))
+	for _, s := range append(local, kernelSlices("web", remoteCluster, port, w.w1, w.w2)...) {
+		w.proxier.OnEndpointSliceAdd(s)
+	}
+	w.proxier.OnServiceImportsSynced()
+	w.proxier.OnEndpointSlicesSynced()
+
+	t.Run("an import without trafficDistribution stays in the local cluster", func(t *testing.T) {
+		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 30)
+		if counts["w1"]+counts["w2"] != 0 || len(counts) != 2 {
+			t.Errorf("connections went to %v, want e1 and e2", counts)
+		}
+		counts = spread(t, w.client, "tcp6", "[fd00:243::10]:80", 20)
+		if counts["w1"]+counts["w2"] != 0 {
+			t.Errorf("IPv6 connections went to %v, want the local cluster only", counts)
+		}
+	})
+	t.Run("and fails over to the other cluster when the local one has no endpoints", func(t *testing.T) {
+		w.proxier.OnEndpointSliceDelete(local[0])
+		w.sync(t)
+		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 30)
+		if counts["e1"]+counts["e2"] != 0 || len(counts) != 2 {
+			t.Errorf("connections went to %v, want w1 and w2", counts)
 		}
 	})
 }
