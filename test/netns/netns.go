@@ -10,10 +10,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 
-	vnetns "github.com/vishvananda/netns"
+	"github.com/mcsd-io/mcsd/internal/nsenter"
 )
 
 // NS is a named network namespace (a file under /run/netns).
@@ -102,34 +101,8 @@ func (n *NS) run(name string, args ...string) (string, error) {
 
 // Do runs fn on an OS thread switched into the namespace. Sockets fn opens
 // stay in the namespace for their whole life, and programs fn starts inherit
-// it. If the thread cannot be switched back it is discarded rather than
-// returned to the scheduler in the wrong namespace.
-func (n *NS) Do(fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("reading current network namespace: %w", err)
-	}
-	defer orig.Close()
-	target, err := vnetns.GetFromPath(Path(n.Name))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("opening network namespace %q: %w", n.Name, err)
-	}
-	defer target.Close()
-	if err := vnetns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("entering network namespace %q: %w", n.Name, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		// Keep the thread locked: it exits with this goroutine.
-		return fmt.Errorf("leaving network namespace %q: %w", n.Name, err)
-	}
-	runtime.UnlockOSThread()
-	return fnErr
-}
+// it.
+func (n *NS) Do(fn func() error) error { return nsenter.Do(Path(n.Name), fn) }
 
 // Listen opens a stream listener inside the namespace.
 func (n *NS) Listen(network, address string) (net.Listener, error) {

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/exporter"
+	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/events"
+	"github.com/mcsd-io/mcsd/internal/record"
+)
+
+// controllers are the exporter, the importer and the cluster's heartbeat on
+// the broker: they run in one replica of the cluster at a time.
+type controllers struct {
+	o         *options
+	local     *clients
+	clusterID string
+
+	exporterMetrics *exporter.Metrics
+	importerMetrics *importer.Metrics
+
+	exporter atomic.Pointer[exporter.Controller]
+	importer atomic.Pointer[importer.Controller]
+	leading  atomic.Bool
+}
+
+func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer) *controllers {
+	c := &controllers{o: o, local: local, clusterID: clusterID}
+	// Registered once, whatever the number of leadership terms.
+	if o.runs(componentExporter) {
+		c.exporterMetrics = exporter.NewMetrics(reg)
+	}
+	if o.runs(componentImporter) {
+		c.importerMetrics = importer.NewMetrics(reg)
+	}
+	return c
+}
+
+// run joins the ClusterSet, claims this cluster's VIP blocks and runs the
+// controllers and the heartbeat until ctx ends.
+func (c *controllers) run(ctx context.Context) error {
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	logger := klog.FromContext(ctx).WithValues("clusterID", c.clusterID)
+	ctx = klog.NewContext(ctx, logger)
+
+	brokerCfg, err := brokerConfig(ctx, c.o, c.local.kube)
+	if err != nil {
+		return err
+	}
+	brokerClients, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("broker clients: %w", err)
+	}
+	if err := clusterid.NewResolver(c.local.kube, c.local.dynamic).Join(ctx, c.o.clusterSet); err != nil {
+		return fmt.Errorf("--clusterset: %w", err)
+	}
+	recorder, stopEvents := events.NewRecorder(c.local.kube, "mcsd")
+	defer stopEvents()
+
+	errc := make(chan error, 3)
+	running := 0
+	var exp *exporter.Controller
+	if c.o.runs(componentExporter) {
+		allocators, err := c.claimBlocks(ctx, brokerClients)
+		if err != nil {
+			return err
+		}
+		exp, err = exporter.New(exporter.Config{
+			ClusterID:       c.clusterID,
+			BrokerNamespace: c.o.brokerNamespace,
+			Local:           c.local.kube,
+			LocalMCS:        c.local.mcs,
+			Broker:          brokerClients.kube,
+			BrokerMCS:       brokerClients.mcs,
+			ClusterSetIPs:   c.o.clusterSetIPs,
+			Allocators:      allocators,
+			Recorder:        recorder,
+			Metrics:         c.exporterMetrics,
+			Workers:         c.o.exporterWorkers,
+			ResyncPeriod:    c.o.controllerResync,
+		})
+		if err != nil {
+			return err
+		}
+		c.exporter.Store(exp)
+		defer c.exporter.Store(nil)
+		running++
+		go func() { errc <- exp.Run(ctx) }()
+	}
+	var imp *importer.Controller
+	if c.o.runs(componentImporter) {
+		imp, err = importer.New(importer.Config{
+			ClusterID:       c.clusterID,
+			BrokerNamespace: c.o.brokerNamespace,
+			Local:           c.local.kube,
+			LocalMCS:        c.local.mcs,
+			Broker:          brokerClients.kube,
+			BrokerMCS:       brokerClients.mcs,
+			ClusterTTL:      c.o.clusterTTL,
+			Recorder:        recorder,
+			Metrics:         c.importerMetrics,
+			Workers:         c.o.importerWorkers,
+			ResyncPeriod:    c.o.controllerResync,
+		})
+		if err != nil {
+			return err
+		}
+		c.importer.Store(imp)
+		defer c.importer.Store(nil)
+		running++
+		go func() { errc <- imp.Run(ctx) }()
+	}
+	// The heartbeat says this cluster is alive; only a cluster that exports
+	// has endpoints for others to drop, but an importing-only cluster's
+	// Lease costs one write every few seconds and keeps the rule simple.
+	hb := &exporter.Heartbeat{
+		Broker:    brokerClients.kube,
+		Namespace: c.o.brokerNamespace,
+		Name:      record.LeaseName(c.clusterID),
+		ClusterID: c.clusterID,
+		Duration:  c.o.leaseDuration,
+		Interval:  c.o.leaseDuration / 5,
+		OnRenew: func(err error) {
+			if exp != nil {
+				exp.ObserveBroker(err)
+			}
+			if imp != nil {
+				imp.ObserveBroker(err)
+			}
+		},
+	}
+	running++
+	go func() { hb.Run(ctx); errc <- nil }()
+	logger.Info("Running controllers", "components", c.o.components, "broker", brokerCfg.Host, "brokerNamespace", c.o.brokerNamespace)
+
+	var errs []error
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && ctx.Err() == nil {
+			return err
+		} else if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// claimBlocks claims (or finds again) this cluster's VIP block of every
+// clusterset range on the broker and returns an allocator per family.
+func (c *controllers) claimBlocks(ctx context.Context, broker *clients) (map[corev1.IPFamily]*clustersetip.Allocator, error) {
+	allocators := map[corev1.IPFamily]*clustersetip.Allocator{}
+	if !c.o.clusterSetIPs {
+		// A ServiceExport may still ask for a VIP by annotation: claim anyway.
+		klog.FromContext(ctx).V(2).Info("ClusterSetIPs are off by default; claiming blocks for exports that turn them on")
+	}
+	claimer := clustersetip.Claimer{Kube: broker.kube, Namespace: c.o.brokerNamespace, ClusterID: c.clusterID}
+	for _, set := range c.o.clusterSetCIDRs {
+		v4 := set.Addr().Is4()
+		requested, _ := prefixOfFamily(c.o.clusterVIPCIDRs, v4)
+		block, err := claimer.Claim(ctx, set, requested, c.o.blockBits(v4))
+		if err != nil {
+			flagName := "clusterset-cidrs"
+			if requested.IsValid() {
+				flagName = "cluster-vip-cidrs"
+			}
+			return nil, fmt.Errorf("--%s: %w", flagName, err)
+		}
+		family := corev1.IPv4Protocol
+		if !v4 {
+			family = corev1.IPv6Protocol
+		}
+		allocators[family] = clustersetip.NewAllocator(block)
+		klog.FromContext(ctx).Info("Holding ClusterSetIP block", "family", family, "block", block)
+	}
+	return allocators, nil
+}
+
+// ready says whether the controllers of this replica are synced; a replica
+// that is not leading has nothing to be ready for.
+func (c *controllers) ready() (bool, string) {
+	if !c.leading.Load() {
+		return true, ""
+	}
+	if e := c.exporter.Load(); c.o.runs(componentExporter) && (e == nil || !e.Synced()) {
+		return false, "exporter: caches not synced yet"
+	}
+	if i := c.importer.Load(); c.o.runs(componentImporter) && (i == nil || !i.Synced()) {
+		return false, "importer: caches not synced yet"
+	}
+	return true, ""
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+
+	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/internal/nsenter"
+	"github.com/mcsd-io/mcsd/proxier"
+)
+
+// dataPlane is what every replica runs: the clusterset DNS server and the
+// proxier, fed by one set of informers on the local cluster's ServiceImports
+// and MCS EndpointSlices.
+type dataPlane struct {
+	imports mcsinformers.SharedInformerFactory
+	slices  informers.SharedInformerFactory
+
+	dnsServer *dns.Server
+	dnsIndex  *dns.Index
+	provider  proxier.Provider
+	health    *proxier.Health
+	// fed is true once the proxier has been handed every initial object.
+	fed atomic.Bool
+}
+
+func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.Registerer) (*dataPlane, error) {
+	dp := &dataPlane{
+		imports: mcsinformers.NewSharedInformerFactory(local.mcs, 0),
+		// Only MCS slices: the core controller's are none of the data plane's business.
+		slices: informers.NewSharedInformerFactoryWithOptions(local.kube, 0,
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = dns.EndpointSliceSelector })),
+	}
+	if o.runs(componentDNS) {
+		dp.dnsIndex = dns.NewIndex(klog.Background().WithName("dns-index"))
+		srv, err := dns.New(dns.Config{
+			Zone:         o.dnsZone,
+			TTL:          o.dnsTTL,
+			LocalCluster: clusterID,
+			Listen:       o.dnsListen,
+			Index:        dp.dnsIndex,
+			Registerer:   reg,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--dns-zone/--dns-ttl/--dns-listen: %w", err)
+		}
+		dp.dnsServer = srv
+	}
+	if o.runs(componentProxier) {
+		provider, health, err := newProxier(o, clusterID, reg)
+		if err != nil {
+			return nil, err
+		}
+		dp.provider, dp.health = provider, health
+	}
+	return dp, nil
+}
+
+// newProxier builds one proxier per IP family, programming nftables (and
+// clearing conntrack entries) in the --netns namespace.
+func newProxier(o *options, clusterID string, reg prometheus.Registerer) (proxier.Provider, *proxier.Health, error) {
+	health := proxier.NewHealth(o.healthTimeout, nil)
+	var conntrack proxier.Conntrack
+	if err := nsenter.Do(o.netns, func() (err error) {
+		conntrack, err = proxier.NewConntrack()
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("proxier: %w", err)
+	}
+	cfg := proxier.Config{
+		ClusterID:          clusterID,
+		NodeName:           o.nodeName,
+		Conntrack:          conntrack,
+		MasqueradeMark:     o.masqMark,
+		MasqueradeAll:      o.masqAll,
+		PodCIDRs:           o.podCIDRs,
+		PreferLocalCluster: o.preferLocal,
+		MinSyncPeriod:      o.minSync,
+		SyncPeriod:         o.syncPeriod,
+		FullSyncPeriod:     o.fullSync,
+		Registerer:         reg,
+		Health:             health,
+	}
+	tables := map[corev1.IPFamily]knftables.Interface{}
+	for _, family := range o.ipFamilies {
+		nftFamily := knftables.IPv4Family
+		if family == corev1.IPv6Protocol {
+			nftFamily = knftables.IPv6Family
+		}
+		nft, err := nsenter.NewNFTables(o.netns, nftFamily, proxier.TableName)
+		if err != nil {
+			return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= 1.0.1 and kernel >= 5.13; or drop the family from --ip-families): %w", family, err)
+		}
+		tables[family] = nft
+	}
+	if len(tables) == 2 {
+		ds, err := proxier.NewDualStack(cfg, tables[corev1.IPv4Protocol], tables[corev1.IPv6Protocol])
+		if err != nil {
+			return nil, nil, err
+		}
+		return ds, health, nil
+	}
+	for family, nft := range tables {
+		cfg.IPFamily, cfg.NFTables = family, nft
+	}
+	p, err := proxier.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, health, nil
+}
+
+// run serves DNS and programs the proxier until ctx ends. The proxier's
+// rules are left in place on exit: traffic keeps flowing while mcsd
+// restarts, and the next start takes them over.
+func (dp *dataPlane) run(ctx context.Context, o *options) error {
+	errc := make(chan error, 3)
+	running := 0
+	if dp.dnsServer != nil {
+		running += 2
+		go func() { errc <- dp.dnsIndex.Run(ctx, dp.imports, dp.slices) }()
+		go func() { errc <- dp.serveDNS(ctx, o) }()
+	}
+	if dp.provider != nil {
+		if err := dp.feedProxier(); err != nil {
+			return err
+		}
+		running++
+		go func() { dp.provider.SyncLoop(ctx); errc <- nil }()
+	}
+	dp.imports.Start(ctx.Done())
+	dp.slices.Start(ctx.Done())
+	if dp.provider != nil {
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(),
+				dp.imports.Multicluster().V1beta1().ServiceImports().Informer().HasSynced,
+				dp.slices.Discovery().V1().EndpointSlices().Informer().HasSynced) {
+				dp.provider.OnServiceImportsSynced()
+				dp.provider.OnEndpointSlicesSynced()
+				dp.fed.Store(true)
+			}
+		}()
+	}
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveDNS opens the DNS listeners inside --netns, so pods of the node reach
+// them, and serves until ctx ends.
+func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
+	var pc net.PacketConn
+	var ln net.Listener
+	err := nsenter.Do(o.netns, func() error {
+		var lc net.ListenConfig
+		var err error
+		if pc, err = lc.ListenPacket(ctx, "udp", o.dnsListen); err != nil {
+			return fmt.Errorf("--dns-listen: UDP %s: %w", o.dnsListen, err)
+		}
+		if ln, err = lc.Listen(ctx, "tcp", o.dnsListen); err != nil {
+			pc.Close()
+			return fmt.Errorf("--dns-listen: TCP %s: %w", o.dnsListen, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns)
+	return dp.dnsServer.Serve(ctx, pc, ln)
+}
+
+// feedProxier hands the proxier every ServiceImport and MCS EndpointSlice
+// change, as kube-proxy's config handlers do.
+func (dp *dataPlane) feedProxier() error {
+	p := dp.provider
+	if _, err := dp.imports.Multicluster().V1beta1().ServiceImports().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
+				p.OnServiceImportAdd(si)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*mcsv1beta1.ServiceImport)
+			n, ok2 := cur.(*mcsv1beta1.ServiceImport)
+			if ok1 && ok2 {
+				p.OnServiceImportUpdate(o, n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
+				p.OnServiceImportDelete(si)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("proxier: watching ServiceImports: %w", err)
+	}
+	if _, err := dp.slices.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				p.OnEndpointSliceAdd(s)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*discoveryv1.EndpointSlice)
+			n, ok2 := cur.(*discoveryv1.EndpointSlice)
+			if ok1 && ok2 {
+				p.OnEndpointSliceUpdate(o, n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				p.OnEndpointSliceDelete(s)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("proxier: watching EndpointSlices: %w", err)
+	}
+	return nil
+}
+
+// ready says whether every data-plane component this replica runs answers
+// from synced state.
+func (dp *dataPlane) ready() (bool, string) {
+	if dp.dnsServer != nil && !dp.dnsServer.Ready() {
+		return false, "dns: not serving from a synced index yet"
+	}
+	if dp.provider != nil && !dp.fed.Load() {
+		return false, "proxier: informers not synced yet"
+	}
+	return true, ""
+}
+
+// healthy says whether the proxier applies queued updates in time.
+func (dp *dataPlane) healthy() (bool, string) {
+	if dp.health == nil {
+		return true, ""
+	}
+	if ok, last := dp.health.Healthy(); !ok {
+		return false, fmt.Sprintf("proxier: a queued update is not applied (last sync %v)", last)
+	}
+	return true, ""
+}
