@@ -1,0 +1,151 @@
+package importer
+
+import (
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+const ttl = 6 * time.Second
+
+func newBook(t *testing.T) (*leaseBook, *testingclock.FakeClock) {
+	t.Helper()
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	return newLeaseBook(clk, ttl, "home"), clk
+}
+
+func expectLive(t *testing.T, b *leaseBook, cluster string, want bool) {
+	t.Helper()
+	if got := b.live(cluster); got != want {
+		t.Fatalf("live(%s) = %v, want %v", cluster, got, want)
+	}
+}
+
+func TestLeaseBook(t *testing.T) {
+	t.Run("a cluster is live for the TTL after its Lease was seen to change, on the importer's clock", func(t *testing.T) {
+		b, clk := newBook(t)
+		expectLive(t, b, "east", false)
+		// The renewTime the other cluster wrote is an opaque version: a
+		// clock an hour off there changes nothing here.
+		if !b.observe("east", "2026-11-22T11:00:00Z") {
+			t.Fatal("the first observation is a change")
+		}
+		expectLive(t, b, "east", true)
+		clk.Step(ttl - time.Millisecond)
+		expectLive(t, b, "east", true)
+		if d, ok := b.expiresIn("east"); !ok || d != time.Millisecond {
+			t.Fatalf("expiresIn = %v, %v; want 1ms, true", d, ok)
+		}
+		clk.Step(time.Millisecond)
+		expectLive(t, b, "east", false)
+		if _, ok := b.expiresIn("east"); ok {
+			t.Fatal("a dead cluster has no expiry")
+		}
+	})
+
+	t.Run("seeing the same Lease version again is not a renewal", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", "v1")
+		clk.Step(ttl / 2)
+		if b.observe("east", "v1") {
+			t.Fatal("an unchanged version counted as a renewal")
+		}
+		clk.Step(ttl / 2)
+		expectLive(t, b, "east", false)
+		if !b.observe("east", "v2") {
+			t.Fatal("a new version is a renewal")
+		}
+		expectLive(t, b, "east", true)
+	})
+
+	t.Run("this cluster is always live, Lease or not", func(t *testing.T) {
+		b, clk := newBook(t)
+		expectLive(t, b, "home", true)
+		b.observe("home", "v1")
+		clk.Step(10 * ttl)
+		expectLive(t, b, "home", true)
+		if _, ok := b.expiresIn("home"); ok {
+			t.Fatal("this cluster never expires")
+		}
+	})
+
+	t.Run("a deleted Lease kills its cluster at once", func(t *testing.T) {
+		b, _ := newBook(t)
+		b.observe("east", "v1")
+		b.forget("east")
+		expectLive(t, b, "east", false)
+	})
+
+	t.Run("while the broker is unreachable nobody dies, and on its return live clusters get a fresh TTL", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", "v1")
+		b.observe("west", "v1")
+		clk.Step(ttl + time.Second)
+		b.observe("west", "v2") // east is dead before the outage, west is not
+		expectLive(t, b, "east", false)
+		lastContact := clk.Now()
+		clk.Step(2 * time.Second)
+		b.freeze(lastContact)
+		clk.Step(30 * time.Second)
+		b.freeze(clk.Now()) // a later failure keeps the first moment
+		if at, ok := b.frozen(); !ok || !at.Equal(lastContact) {
+			t.Fatalf("frozen() = %v, %v; want %v", at, ok, lastContact)
+		}
+		expectLive(t, b, "west", true)
+		expectLive(t, b, "east", false)
+		if _, ok := b.expiresIn("west"); ok {
+			t.Fatal("nothing expires while frozen")
+		}
+
+		b.thaw()
+		expectLive(t, b, "west", true)
+		expectLive(t, b, "east", false)
+		clk.Step(ttl - time.Millisecond)
+		expectLive(t, b, "west", true)
+		clk.Step(time.Millisecond)
+		expectLive(t, b, "west", false)
+	})
+
+	t.Run("a cluster that dies during the outage is dropped one TTL after the broker returns", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", "v1")
+		b.freeze(clk.Now())
+		clk.Step(time.Minute)
+		b.thaw()
+		clk.Step(ttl)
+		expectLive(t, b, "east", false)
+	})
+
+	t.Run("transitions are reported once per change", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", "v1")
+		if live, changed := b.transition("east"); !live || !changed {
+			t.Fatalf("first evaluation: live %v changed %v", live, changed)
+		}
+		if _, changed := b.transition("east"); changed {
+			t.Fatal("no change reported twice")
+		}
+		clk.Step(ttl)
+		if live, changed := b.transition("east"); live || !changed {
+			t.Fatalf("after the TTL: live %v changed %v", live, changed)
+		}
+		b.observe("east", "v2")
+		if live, changed := b.transition("east"); !live || !changed {
+			t.Fatalf("after renewing: live %v changed %v", live, changed)
+		}
+	})
+
+	t.Run("the live count includes this cluster", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", "v1")
+		b.observe("west", "v1")
+		if n := b.liveCount(); n != 3 {
+			t.Fatalf("liveCount = %d, want 3", n)
+		}
+		clk.Step(ttl)
+		if n := b.liveCount(); n != 1 {
+			t.Fatalf("liveCount = %d, want 1", n)
+		}
+	})
+}
