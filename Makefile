@@ -32,8 +32,14 @@ build:
 harness-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s
 
-test: verify harness-binaries
+test: verify harness-binaries fuzz
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The DNS server's request path against random queries for FUZZ_TIME; an
+# input that fails is kept under dns/testdata/fuzz/ and replayed by go test.
+.PHONY: fuzz
+fuzz:
+	$(GO) test ./dns -run '^$$' -fuzz FuzzServeDNS -fuzztime $(FUZZ_TIME)
 
 test-unit:
 	$(GO) test -short -count=1 ./...

@@ -106,9 +106,10 @@ func (s *Server) answer(m *dns.Msg, q dns.Question, qn question) {
 			return
 		}
 		if t == dns.TypePTR || t == dns.TypeANY {
-			for _, o := range owners {
-				m.Answer = append(m.Answer, &dns.PTR{Hdr: s.hdr(q.Name, dns.TypePTR), Ptr: s.targetName(o)})
-			}
+			// Only one PTR record may exist per address (the spec's
+			// Limitations): an address two services share, such as a pod
+			// behind two headless services, gets the first owner's name.
+			m.Answer = append(m.Answer, &dns.PTR{Hdr: s.hdr(q.Name, dns.TypePTR), Ptr: s.targetName(owners[0])})
 		}
 		if len(m.Answer) == 0 {
 			// The address is served, but not with that type. The server is

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -82,7 +83,8 @@ func (x *Index) hasNamespace(namespace string) bool {
 	return ok
 }
 
-// owners returns who the address belongs to, in a stable order.
+// owners returns who the address belongs to, in a stable order; the first
+// is the owner its PTR record names.
 func (x *Index) owners(addr netip.Addr) []ptrTarget {
 	p, _ := x.reverse.load(addr)
 	return p
@@ -317,7 +319,9 @@ func buildService(key serviceKey, imp *importState, slicesByName map[string]*sli
 					seen[a] = true
 					s.endpoints = append(s.endpoints, endpointAddr{addr: a, cluster: sl.cluster})
 				}
-				if !s.headless {
+				if !s.headless || !isLabel(sl.cluster) {
+					// A ClusterSetIP service has no endpoint names; nor
+					// do endpoints of a cluster whose ID is not a label.
 					continue
 				}
 				hk := hostKey{hostname: ep.hostname, cluster: sl.cluster}
@@ -349,12 +353,29 @@ func buildService(key serviceKey, imp *importState, slicesByName map[string]*sli
 
 // dashedAddr is the hostname of an endpoint that has none: its address with
 // dots (IPv4) or colons (IPv6) replaced by dashes, as the MCS conformance
-// suite expects (10.1.2.3 -> 10-1-2-3, 2001:db8::1 -> 2001-db8--1).
+// suite expects (10.1.2.3 -> 10-1-2-3, 2001:db8::1 -> 2001-db8--1). A
+// hostname label neither starts nor ends with a dash, so an IPv6 address
+// that starts or ends with "::" gets a 0 there (fd00:: -> fd00--0, ::1 ->
+// 0--1), as CoreDNS does for cluster-local endpoints.
 func dashedAddr(a netip.Addr) string {
 	if a.Is4() {
 		return strings.ReplaceAll(a.String(), ".", "-")
 	}
-	return strings.ReplaceAll(a.String(), ":", "-")
+	d := strings.ReplaceAll(a.String(), ":", "-")
+	if strings.HasPrefix(d, "-") {
+		d = "0" + d
+	}
+	if strings.HasSuffix(d, "-") {
+		d += "0"
+	}
+	return d
+}
+
+// isLabel says whether a cluster ID can stand as one label of a
+// <hostname>.<clusterid> name. Label values allow dots and underscores;
+// a name built from such an ID could never be asked for.
+func isLabel(s string) bool {
+	return len(validation.IsDNS1123Label(s)) == 0
 }
 
 // setImport adds or replaces a ServiceImport.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +55,13 @@ func clustersetIndex(t testing.TB) *Index {
 	idx.setSlice(mcsSlice("prod", "db-c2-v6", "db", "c2",
 		endpoint("db-0", "fd00:10:2::1"),
 		endpoint("", "fd00:10:2::5")))
+	// Headless, sharing db-0.c1's pod; its other endpoints have no hostname
+	// and an IPv6 address ending in "::", or come from a cluster whose ID
+	// is not a DNS label.
+	idx.setImport(headlessImport("prod", "db-alias", port("pg", tcp, 5432)))
+	idx.setSlice(mcsSlice("prod", "db-alias-c1", "db-alias", "c1", endpoint("db-0", "10.1.0.1")))
+	idx.setSlice(mcsSlice("prod", "db-alias-c1-v6", "db-alias", "c1", endpoint("", "fd00:10:3::")))
+	idx.setSlice(mcsSlice("prod", "db-alias-odd", "db-alias", "c3.odd", endpoint("x-0", "10.3.0.1")))
 	// Headless whose only endpoint is not ready.
 	idx.setImport(headlessImport("prod", "empty", port("pg", tcp, 5432)))
 	idx.setSlice(mcsSlice("prod", "empty-c1", "empty", "c1", notReady(endpoint("e-0", "10.1.0.50"))))
@@ -106,6 +114,7 @@ func TestServeRecords(t *testing.T) {
 	// miekg/dns's own reverse names, to check ours against.
 	ptrDBv6, _ := dns.ReverseAddr("fd00:10:2::5")
 	ptrDB0c2, _ := dns.ReverseAddr("fd00:10:2::1")
+	ptrAlias6, _ := dns.ReverseAddr("fd00:10:3::")
 	dbHosts := []string{
 		"db-0.c1.db.prod.svc 5 IN A 10.1.0.1",
 		"db-1.c1.db.prod.svc 5 IN A 10.1.0.2",
@@ -201,6 +210,15 @@ func TestServeRecords(t *testing.T) {
 			answer: dbSRV("_pg._tcp.db.prod.svc"), extra: dbHosts},
 		{name: "headless bare-name SRV", q: "db.prod.svc", qtype: dns.TypeSRV, answer: dbSRV("db.prod.svc"), extra: dbHosts},
 		{name: "a port label and a hostname label do not mix", q: "_pg.c1.db.prod.svc", qtype: dns.TypeA, rcode: dns.RcodeNameError},
+		{name: "hostname falls back to a dashed IPv6 address that does not end in a dash", q: "fd00-10-3--0.c1.db-alias.prod.svc", qtype: dns.TypeAAAA,
+			answer: []string{"fd00-10-3--0.c1.db-alias.prod.svc 5 IN AAAA fd00:10:3::"}},
+		{name: "endpoints of a cluster whose ID is not a label are in the service's answer", q: "db-alias.prod.svc", qtype: dns.TypeA,
+			answer: []string{"db-alias.prod.svc 5 IN A 10.1.0.1", "db-alias.prod.svc 5 IN A 10.3.0.1"}},
+		{name: "endpoints of a cluster whose ID is not a label have no names to point SRV records at", q: "_pg._tcp.db-alias.prod.svc", qtype: dns.TypeSRV,
+			answer: []string{
+				"_pg._tcp.db-alias.prod.svc 5 IN SRV 0 50 5432 db-0.c1.db-alias.prod.svc",
+				"_pg._tcp.db-alias.prod.svc 5 IN SRV 0 50 5432 fd00-10-3--0.c1.db-alias.prod.svc"},
+			extra: []string{"db-0.c1.db-alias.prod.svc 5 IN A 10.1.0.1", "fd00-10-3--0.c1.db-alias.prod.svc 5 IN AAAA fd00:10:3::"}},
 		{name: "headless without ready endpoints: NXDOMAIN", q: "empty.prod.svc", qtype: dns.TypeA, rcode: dns.RcodeNameError},
 		{name: "headless without ready endpoints: no SRV either", q: "_pg._tcp.empty.prod.svc", qtype: dns.TypeSRV, rcode: dns.RcodeNameError},
 
@@ -217,6 +235,11 @@ func TestServeRecords(t *testing.T) {
 			answer: []string{ptrDBv6 + " 5 IN PTR fd00-10-2--5.c2.db.prod.svc"}},
 		{name: "PTR of a dual-stack hostname's IPv6 address", q: ptrDB0c2, qtype: dns.TypePTR,
 			answer: []string{ptrDB0c2 + " 5 IN PTR db-0.c2.db.prod.svc"}},
+		{name: "an address two headless services share has one PTR, the first service's", q: "1.0.1.10.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"1.0.1.10.in-addr.arpa. 5 IN PTR db-0.c1.db.prod.svc"}},
+		{name: "PTR of an endpoint whose dashed IPv6 name ends in 0", q: ptrAlias6, qtype: dns.TypePTR,
+			answer: []string{ptrAlias6 + " 5 IN PTR fd00-10-3--0.c1.db-alias.prod.svc"}},
+		{name: "an endpoint without a name has no PTR", q: "1.0.3.10.in-addr.arpa.", qtype: dns.TypePTR, rcode: dns.RcodeRefused},
 		{name: "reverse name is case-insensitive", q: "10.0.0.243.IN-ADDR.ARPA.", qtype: dns.TypePTR,
 			answer: []string{"10.0.0.243.IN-ADDR.ARPA. 5 IN PTR web.prod.svc"}},
 		{name: "a served address has no other records", q: "10.0.0.243.in-addr.arpa.", qtype: dns.TypeA,
@@ -255,27 +278,37 @@ func TestServeRecords(t *testing.T) {
 // records, and the SOA that negative answers carry.
 func checkAnswer(t *testing.T, r row, resp *dns.Msg) {
 	t.Helper()
-	if resp.Rcode != r.rcode {
-		t.Fatalf("rcode = %s, want %s\n%v", rcodeName(resp.Rcode), rcodeName(r.rcode), resp)
+	for _, p := range answerProblems(t, r, resp) {
+		t.Error(p)
 	}
+}
+
+// answerProblems says how resp differs from the answer the row wants; none
+// when it is that answer.
+func answerProblems(t testing.TB, r row, resp *dns.Msg) []string {
+	t.Helper()
+	if resp.Rcode != r.rcode {
+		return []string{fmt.Sprintf("rcode = %s, want %s\n%v", rcodeName(resp.Rcode), rcodeName(r.rcode), resp)}
+	}
+	var out []string
 	if len(resp.Question) != 1 || resp.Question[0].Name != r.qname() {
-		t.Errorf("question not echoed: %v", resp.Question)
+		out = append(out, fmt.Sprintf("question not echoed: %v", resp.Question))
 	}
 	if resp.Truncated {
-		t.Errorf("truncated answer")
+		out = append(out, "truncated answer")
 	}
 	if got, want := rrStrings(resp.Answer, false), rrStrings(mustRRs(t, r.answer...), false); !slices.Equal(got, want) {
-		t.Errorf("answer:\n got %q\nwant %q", got, want)
+		out = append(out, fmt.Sprintf("answer:\n got %q\nwant %q", got, want))
 	}
 	if r.extra != nil {
 		if got, want := rrStrings(resp.Extra, false), rrStrings(mustRRs(t, r.extra...), false); !slices.Equal(got, want) {
-			t.Errorf("additional:\n got %q\nwant %q", got, want)
+			out = append(out, fmt.Sprintf("additional:\n got %q\nwant %q", got, want))
 		}
 	}
 	switch {
 	case r.rcode == dns.RcodeRefused:
 		if resp.Authoritative || len(resp.Ns) != 0 || len(resp.Answer) != 0 {
-			t.Errorf("REFUSED answer is authoritative or has records: %v", resp)
+			out = append(out, fmt.Sprintf("REFUSED answer is authoritative or has records: %v", resp))
 		}
 	case r.rcode == dns.RcodeNameError || len(r.answer) == 0:
 		// NXDOMAIN and NODATA carry the zone's SOA for negative caching.
@@ -284,14 +317,29 @@ func checkAnswer(t *testing.T, r row, resp *dns.Msg) {
 			owner = "clusterset.local."
 		}
 		if len(resp.Ns) != 1 || resp.Ns[0].Header().Rrtype != dns.TypeSOA || resp.Ns[0].Header().Name != owner {
-			t.Errorf("negative answer without the SOA of %s in authority: %v", owner, resp.Ns)
+			out = append(out, fmt.Sprintf("negative answer without the SOA of %s in authority: %v", owner, resp.Ns))
 		}
 		if !resp.Authoritative {
-			t.Errorf("negative answer is not authoritative")
+			out = append(out, "negative answer is not authoritative")
 		}
 	default:
 		if !resp.Authoritative || len(resp.Ns) != 0 {
-			t.Errorf("positive answer: authoritative=%v authority=%v", resp.Authoritative, resp.Ns)
+			out = append(out, fmt.Sprintf("positive answer: authoritative=%v authority=%v", resp.Authoritative, resp.Ns))
+		}
+	}
+	return out
+}
+
+func TestDashedAddr(t *testing.T) {
+	for addr, want := range map[string]string{
+		"10.1.2.3":    "10-1-2-3",
+		"2001:db8::1": "2001-db8--1",
+		"fd00::":      "fd00--0",
+		"::1":         "0--1",
+		"::":          "0--0",
+	} {
+		if got := dashedAddr(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("dashedAddr(%s) = %q, want %q", addr, got, want)
 		}
 	}
 }
@@ -586,10 +634,10 @@ func TestServeMetrics(t *testing.T) {
 	want := `
 # HELP mcsd_dns_index_endpoints Ready endpoint addresses held by the DNS index.
 # TYPE mcsd_dns_index_endpoints gauge
-mcsd_dns_index_endpoints 8
+mcsd_dns_index_endpoints 11
 # HELP mcsd_dns_index_services ServiceImports held by the DNS index.
 # TYPE mcsd_dns_index_services gauge
-mcsd_dns_index_services 9
+mcsd_dns_index_services 10
 # HELP mcsd_dns_index_synced 1 once the DNS index holds the informers' initial lists, else 0 (queries get SERVFAIL).
 # TYPE mcsd_dns_index_synced gauge
 mcsd_dns_index_synced 1
