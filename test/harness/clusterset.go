@@ -39,6 +39,9 @@ type ClusterSet struct {
 
 	runID     string
 	closeOnce sync.Once
+
+	programsMu sync.Mutex
+	programs   []*process
 }
 
 // All returns the broker followed by the members.
@@ -151,6 +154,12 @@ func (cs *ClusterSet) writeEnv() error {
 // Close stops every process and deletes every namespace and file of the run.
 func (cs *ClusterSet) Close() {
 	cs.closeOnce.Do(func() {
+		// Programs first: they talk to the control planes as they stop.
+		cs.programsMu.Lock()
+		for _, p := range cs.programs {
+			p.stop()
+		}
+		cs.programsMu.Unlock()
 		if cs.Network != nil {
 			cs.Network.close()
 		}

@@ -107,7 +107,7 @@ func isHarnessProcess(pid int) bool {
 	if err != nil {
 		return false
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "mcsd"} {
 		if strings.Contains(string(cmdline), name) {
 			return true
 		}

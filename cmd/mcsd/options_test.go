@@ -1,0 +1,96 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func parse(t *testing.T, args ...string) (*options, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("mcsd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := &options{}
+	raw := o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.complete(raw)
+}
+
+func TestBadFlagsAreNamed(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--broker-kubeconfig=" + kubeconfig}
+	for _, tc := range []struct {
+		name string
+		args []string
+		flag string
+	}{
+		{"an unknown component", []string{"--components=exporter,router"}, "--components"},
+		{"no component", []string{"--components=,"}, "--components"},
+		{"controllers without a broker", []string{"--broker-kubeconfig=", "--components=importer"}, "--broker-kubeconfig"},
+		{"both broker credentials", []string{"--broker-secret=ns/name"}, "--broker-secret"},
+		{"a broker secret that is not NAMESPACE/NAME", []string{"--broker-kubeconfig=", "--broker-secret=name"}, "--broker-secret"},
+		{"a missing kubeconfig file", []string{"--kubeconfig=/nonexistent/kubeconfig"}, "--kubeconfig"},
+		{"a cluster ID that is not a DNS label", []string{"--cluster-id=East_1"}, "--cluster-id"},
+		{"a clusterset range that is not a CIDR", []string{"--clusterset-cidrs=243.0.0.0"}, "--clusterset-cidrs"},
+		{"two IPv4 clusterset ranges", []string{"--clusterset-cidrs=243.0.0.0/8,244.0.0.0/8"}, "--clusterset-cidrs"},
+		{"a VIP block outside the clusterset range", []string{"--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs"},
+		{"a block size that does not fit", []string{"--vip-block-bits-ipv4=4"}, "--vip-block-bits-ipv4"},
+		{"a TTL shorter than the renewal cadence", []string{"--lease-duration=10s", "--cluster-ttl=2s"}, "--cluster-ttl"},
+		{"a renew deadline past the lease", []string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
+		{"a DNS address without a port", []string{"--dns-listen=127.0.0.1"}, "--dns-listen"},
+		{"a DNS TTL out of range", []string{"--dns-ttl=0s"}, "--dns-ttl"},
+		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families"},
+		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark"},
+		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs"},
+		{"a sync period shorter than the minimum", []string{"--proxier-min-sync-period=10s", "--proxier-sync-period=1s"}, "--proxier-sync-period"},
+		{"a network namespace that does not exist", []string{"--netns=/run/netns/nonexistent-mcsd"}, "--netns"},
+		{"a metrics address without a port", []string{"--metrics-address=localhost"}, "--metrics-address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, append(append([]string{}, base...), tc.args...)...)
+			if err == nil {
+				t.Fatalf("%v accepted", tc.args)
+			}
+			if !strings.Contains(err.Error(), tc.flag+":") {
+				t.Fatalf("error does not name %s: %v", tc.flag, err)
+			}
+		})
+	}
+}
+
+func TestGoodFlags(t *testing.T) {
+	t.Run("the defaults run every component when a broker is given", func(t *testing.T) {
+		dir := t.TempDir()
+		kubeconfig := filepath.Join(dir, "broker")
+		if err := os.WriteFile(kubeconfig, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o, err := parse(t, "--broker-kubeconfig="+kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.components) != 4 || !o.runsControllers() {
+			t.Fatalf("components = %v", o.components)
+		}
+		if len(o.clusterSetCIDRs) != 2 || len(o.ipFamilies) != 2 {
+			t.Fatalf("clusterset CIDRs %v, families %v: want both families by default", o.clusterSetCIDRs, o.ipFamilies)
+		}
+	})
+	t.Run("the data plane alone needs no broker", func(t *testing.T) {
+		o, err := parse(t, "--components=dns,proxier", "--ip-families=IPv4", "--pod-cidrs=10.244.0.0/16, fd00::/64", "--masquerade-mark=0x4000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.runsControllers() || o.masqMark != 0x4000 || len(o.podCIDRs) != 2 {
+			t.Fatalf("parsed %+v", o)
+		}
+	})
+}
