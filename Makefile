@@ -26,6 +26,7 @@ help:
 
 build:
 	$(GO) build ./...
+	$(GO) build -o bin/mcsd ./cmd/mcsd
 	$(GO) build -o bin/clusterset ./test/cmd/clusterset
 
 # The Kubernetes components the harness runs; built once per version.
@@ -78,8 +79,12 @@ bench-proxier: harness-binaries
 	PROXIER_BENCH_KUBE_PROXY=$$(bash test/tools/build.sh $(MCSD_CACHE)/k8s kube-proxy)/kube-proxy \
 	  $(GO) run ./test/cmd/proxierbench
 
+# A broker, two clusters and one mcsd each; an app exported from cluster2,
+# reached by name and ClusterSetIP from cluster1, then scaled into cluster1.
 demo: harness-binaries
-	$(GO) run ./test/cmd/clusterset up --clusters=2
+	$(GO) build -o bin/mcsd ./cmd/mcsd
+	$(GO) build -o bin/demo ./test/cmd/demo
+	MCSD_BINARY=$(CURDIR)/bin/mcsd ./bin/demo
 
 clean:
 	-$(GO) run ./test/cmd/clusterset down

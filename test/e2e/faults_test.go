@@ -1,0 +1,383 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/harness"
+)
+
+// faultSite is a broker and two clusters, each with one node running mcsd,
+// one backend of the service web.faults in each cluster, and a client pod
+// in cluster1.
+type faultSite struct {
+	t       *testing.T
+	ctx     context.Context
+	cs      *harness.ClusterSet
+	members []*fixture.Member
+	daemons []*fixture.Daemon
+	client  *harness.Pod
+	ttl     time.Duration
+}
+
+const faultNamespace = "faults"
+
+func newFaultSite(t *testing.T) *faultSite {
+	cs := harness.Start(t, harness.Options{Clusters: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	t.Cleanup(cancel)
+	s := &faultSite{t: t, ctx: ctx, cs: cs, members: fixture.Join(t, cs), ttl: 6 * time.Second}
+	for _, m := range s.members {
+		node, err := m.AddNode(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.daemons = append(s.daemons, fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{
+			LeaseDuration: 3 * time.Second, ClusterTTL: s.ttl,
+			// Short enough that a flushed table is noticed within the test.
+			Args: []string{"--proxier-sync-period=2s"},
+		}))
+		createFaultNamespace(t, ctx, m.Cluster, faultNamespace)
+		if _, err := node.AddPod(ctx, harness.PodSpec{Namespace: faultNamespace, Name: "web-" + m.ID, Labels: map[string]string{"app": "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "web"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "web"},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+			},
+		}
+		if _, err := m.Kube.CoreV1().Services(faultNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.MCS.MulticlusterV1beta1().ServiceExports(faultNamespace).Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if s.client, err = s.daemons[0].Node.AddPod(ctx, harness.PodSpec{Namespace: faultNamespace, Name: "client"}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func createFaultNamespace(t *testing.T, ctx context.Context, c *harness.Cluster, name string) {
+	t.Helper()
+	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resolve asks cluster1's mcsd, from the client pod, for the A records of
+// name and returns them once there are some.
+func (s *faultSite) resolve(name string, within time.Duration) []netip.Addr {
+	s.t.Helper()
+	var addrs []netip.Addr
+	var last string
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		addrs, last = nil, ""
+		q := new(dns.Msg)
+		q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		var in *dns.Msg
+		err := s.client.NS.Do(func() (err error) {
+			in, _, err = (&dns.Client{Net: "udp", Timeout: time.Second}).Exchange(q, s.daemons[0].DNS.String())
+			return err
+		})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = dns.RcodeToString[in.Rcode]
+		for _, rr := range in.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				addr, _ := netip.AddrFromSlice(a.A.To4())
+				addrs = append(addrs, addr)
+			}
+		}
+		return len(addrs) > 0, nil
+	})
+	if err != nil {
+		s.t.Fatalf("%s did not resolve within %v (last answer: %s)", name, within, last)
+	}
+	return addrs
+}
+
+// clustersReached connects n times to vip:80 from the client pod and
+// returns how often each cluster answered; failed connections count under "".
+func (s *faultSite) clustersReached(vip netip.Addr, n int) map[string]int {
+	s.t.Helper()
+	seen := map[string]int{}
+	for range n {
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		id, err := s.client.Ask(ctx, "tcp", netip.AddrPortFrom(vip, 80).String())
+		cancel()
+		seen[id.Cluster]++
+		if err != nil {
+			seen[""]++
+			delete(seen, id.Cluster)
+		}
+	}
+	return seen
+}
+
+// waitReach waits until connections to vip reach exactly the given clusters.
+func (s *faultSite) waitReach(vip netip.Addr, within time.Duration, clusters ...string) {
+	s.t.Helper()
+	var seen map[string]int
+	err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		seen = s.clustersReached(vip, 20)
+		if len(seen) != len(clusters) {
+			return false, nil
+		}
+		for _, c := range clusters {
+			if seen[c] == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		s.t.Fatalf("connections to %s:80 reached %v, want exactly %v", vip, seen, clusters)
+	}
+}
+
+// importedEndpoints returns, per source cluster, the ready endpoint
+// addresses of cluster c's imported EndpointSlices of web.
+func (s *faultSite) importedEndpoints(c *harness.Cluster) (map[string][]string, error) {
+	list, err := c.Kube.DiscoveryV1().EndpointSlices(faultNamespace).List(s.ctx, metav1.ListOptions{
+		LabelSelector: mcsv1beta1.LabelServiceName + "=web," + discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, es := range list.Items {
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				src := es.Labels[mcsv1beta1.LabelSourceCluster]
+				out[src] = append(out[src], ep.Addresses...)
+			}
+		}
+	}
+	return out, nil
+}
+
+// waitEndpointsOf waits until cluster c imports endpoints of source (or none
+// of it, when present is false) and returns how long that took.
+func (s *faultSite) waitEndpointsOf(c *harness.Cluster, source string, present bool, within time.Duration) time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	var got map[string][]string
+	err := wait.PollUntilContextTimeout(s.ctx, 50*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		var err error
+		if got, err = s.importedEndpoints(c); err != nil {
+			return false, nil
+		}
+		return (len(got[source]) > 0) == present, nil
+	})
+	if err != nil {
+		s.t.Fatalf("%s: endpoints of %s present=%v not reached within %v; imported endpoints: %v", c.Name, source, present, within, got)
+	}
+	return time.Since(start)
+}
+
+func (s *faultSite) serviceImport(c *harness.Cluster) (*mcsv1beta1.ServiceImport, error) {
+	return c.MCS.MulticlusterV1beta1().ServiceImports(faultNamespace).Get(s.ctx, "web", metav1.GetOptions{})
+}
+
+// TestFaults breaks one part of the clusterset at a time, with real mcsd
+// processes, and checks that nothing is lost: the stale-cluster TTL, an mcsd
+// restart under an open connection, a flushed nftables table, and a broker
+// outage.
+func TestFaults(t *testing.T) {
+	s := newFaultSite(t)
+	name := "web." + faultNamespace + ".svc.clusterset.local"
+	vips := s.resolve(name, time.Minute)
+	if len(vips) != 1 {
+		t.Fatalf("%s resolves to %v, want one ClusterSetIP", name, vips)
+	}
+	vip := vips[0]
+	s.waitReach(vip, time.Minute, "cluster1", "cluster2")
+	t.Logf("%s is %s and reaches both clusters", name, vip)
+
+	t.Run("a cluster whose mcsd stops leaves the others within TTL + 2 s and comes back when it restarts", func(t *testing.T) {
+		s.t = t
+		if err := s.daemons[1].Terminate(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		s.waitEndpointsOf(s.members[0].Cluster, "cluster2", false, s.ttl+2*time.Second)
+		t.Logf("cluster2's endpoints left cluster1 %v after its mcsd stopped (TTL %v)", time.Since(stopped).Round(10*time.Millisecond), s.ttl)
+		s.waitReach(vip, 30*time.Second, "cluster1")
+		si, err := s.serviceImport(s.members[0].Cluster)
+		if err != nil {
+			t.Fatalf("the ServiceImport must stay while cluster2's record exists: %v", err)
+		}
+		if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip.String() {
+			t.Fatalf("ServiceImport IPs %v while cluster2 is gone, want [%s]", si.Spec.IPs, vip)
+		}
+
+		if err := s.daemons[1].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		if err := s.daemons[1].WaitReady(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.waitEndpointsOf(s.members[0].Cluster, "cluster2", true, time.Minute)
+		t.Logf("cluster2's endpoints were back in cluster1 %v after its mcsd restarted", time.Since(restarted).Round(10*time.Millisecond))
+		s.waitReach(vip, 30*time.Second, "cluster1", "cluster2")
+	})
+
+	t.Run("an open TCP connection through the ClusterSetIP survives an mcsd restart, and the VIP stays", func(t *testing.T) {
+		s.t = t
+		conn, err := s.client.Dial(s.ctx, "tcp", netip.AddrPortFrom(vip, 80).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		r := bufio.NewReader(conn)
+		first := faultReadLine(t, conn, r)
+		if err := s.daemons[0].Terminate(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := s.daemons[0].Node.NS.Exec("nft", "list", "table", "ip", "mcsd"); err != nil || !strings.Contains(out, vip.String()) {
+			t.Fatalf("the nftables table must stay while mcsd is stopped: %v\n%s", err, out)
+		}
+		if got := faultAsk(t, conn, r); got != first {
+			t.Fatalf("with mcsd stopped the connection answered %q, before %q", got, first)
+		}
+		if err := s.daemons[0].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.daemons[0].WaitReady(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Give the restarted proxier time for a sync before asking again.
+		time.Sleep(time.Second)
+		if got := faultAsk(t, conn, r); got != first {
+			t.Fatalf("after the restart the connection answered %q, before %q", got, first)
+		}
+		if again := s.resolve(name, 30*time.Second); len(again) != 1 || again[0] != vip {
+			t.Fatalf("after the restart %s resolves to %v, want %s", name, again, vip)
+		}
+	})
+
+	t.Run("an nftables table flushed by hand is restored within the sync period", func(t *testing.T) {
+		s.t = t
+		if out, err := s.daemons[0].Node.NS.Exec("nft", "flush", "table", "ip", "mcsd"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		flushed := time.Now()
+		s.waitReach(vip, 30*time.Second, "cluster1", "cluster2")
+		t.Logf("traffic to the ClusterSetIP flowed again %v after the flush", time.Since(flushed).Round(10*time.Millisecond))
+	})
+
+	t.Run("the broker down for 60 s loses nothing, and a change made meanwhile arrives after", func(t *testing.T) {
+		s.t = t
+		c1, c2 := s.members[0], s.members[1]
+		s.cs.Broker.StopAPIServer()
+		down := time.Now()
+		restarted := false
+		defer func() {
+			if !restarted {
+				_ = s.cs.Broker.StartAPIServer(context.Background())
+			}
+		}()
+		// A change the broker cannot hear of yet.
+		late := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "late"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "web"},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+			},
+		}
+		if _, err := c2.Kube.CoreV1().Services(faultNamespace).Create(s.ctx, late, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c2.MCS.MulticlusterV1beta1().ServiceExports(faultNamespace).Create(s.ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "late"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sawUnreachable := false
+		for time.Since(down) < 60*time.Second {
+			si, err := s.serviceImport(c1.Cluster)
+			if err != nil {
+				t.Fatalf("%v into the outage the ServiceImport is gone: %v", time.Since(down).Round(time.Second), err)
+			}
+			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip.String() {
+				t.Fatalf("during the outage the ServiceImport's IPs are %v, want [%s]", si.Spec.IPs, vip)
+			}
+			if c := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)); c != nil && c.Reason == importer.ReasonBrokerUnreachable {
+				sawUnreachable = true
+			}
+			eps, err := s.importedEndpoints(c1.Cluster)
+			if err != nil || len(eps["cluster1"]) == 0 || len(eps["cluster2"]) == 0 {
+				t.Fatalf("%v into the outage cluster1 imports endpoints %v (%v), want both clusters'", time.Since(down).Round(time.Second), eps, err)
+			}
+			if seen := s.clustersReached(vip, 10); seen[""] > 0 {
+				t.Fatalf("%v into the outage connections failed: %v", time.Since(down).Round(time.Second), seen)
+			}
+			time.Sleep(5 * time.Second)
+		}
+		if !sawUnreachable {
+			t.Errorf("the ServiceImport's Ready condition never said %s during the outage", importer.ReasonBrokerUnreachable)
+		}
+		if err := s.cs.Broker.StartAPIServer(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		restarted = true
+		back := time.Now()
+		lateName := "late." + faultNamespace + ".svc.clusterset.local"
+		lateVIPs := s.resolve(lateName, 2*time.Minute)
+		t.Logf("the export made during the outage resolved in cluster1 %v after the broker came back", time.Since(back).Round(10*time.Millisecond))
+		s.waitReach(lateVIPs[0], time.Minute, "cluster2")
+		err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			si, err := s.serviceImport(c1.Cluster)
+			if err != nil {
+				return false, nil
+			}
+			c := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+			return c != nil && c.Status == metav1.ConditionTrue, nil
+		})
+		if err != nil {
+			t.Fatalf("the ServiceImport's Ready condition did not recover after the broker came back")
+		}
+		s.waitReach(vip, time.Minute, "cluster1", "cluster2")
+	})
+}
+
+func faultReadLine(t *testing.T, conn net.Conn, r *bufio.Reader) string {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading from %s: %v", conn.RemoteAddr(), err)
+	}
+	return strings.TrimSpace(line)
+}
+
+func faultAsk(t *testing.T, conn net.Conn, r *bufio.Reader) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(conn, "who"); err != nil {
+		t.Fatalf("writing to %s: %v", conn.RemoteAddr(), err)
+	}
+	return faultReadLine(t, conn, r)
+}
