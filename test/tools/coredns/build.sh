@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the pinned CoreDNS release (the version is read from go.mod, so the
+# cache key cannot drift) into $1/<version>/coredns, once: a second run only
+# prints the directory.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${1:?usage: build.sh CACHE_DIR}
+
+version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$here/go.mod")
+[ -n "$version" ] || { echo "build.sh: no github.com/coredns/coredns version in $here/go.mod" >&2; exit 1; }
+out="$cache/$version"
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock 9
+
+if [ ! -x "$out/coredns" ]; then
+  echo "building coredns $version into $out (first time only; a few minutes)" >&2
+  start=$(date +%s)
+  # CoreDNS stamps its own version; GitCommit says which release it is.
+  (cd "$here" && go build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$version" \
+    -o "$out/coredns.tmp" github.com/coredns/coredns)
+  mv "$out/coredns.tmp" "$out/coredns"
+  echo "built coredns in $(( $(date +%s) - start ))s" >&2
+fi
+echo "$out"
