@@ -5,6 +5,8 @@
 #   make test       every test: unit, real API servers, real kernel (root)
 #   make test-unit  fast tests only: no root, no harness
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
+#   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
+#   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 
 SHELL := /bin/bash
 GO ?= go
@@ -17,7 +19,7 @@ TEST_TIMEOUT ?= 30m
 FUZZ_TIME ?= 20s
 
 .PHONY: all build test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries bench bench-proxier demo clean help
+        harness-binaries bench bench-proxier bench-e2e demo clean help
 
 all: build
 
@@ -78,6 +80,19 @@ bench: harness-binaries
 bench-proxier: harness-binaries
 	PROXIER_BENCH_KUBE_PROXY=$$(bash test/tools/build.sh $(MCSD_CACHE)/k8s kube-proxy)/kube-proxy \
 	  $(GO) run ./test/cmd/proxierbench
+
+# mcsd's DNS server and CoreDNS's multicluster mode on the same data and the
+# same load, each pinned to one core; CoreDNS is built once per version.
+BENCH_DNS_TIME ?= 10s
+.PHONY: bench-dns
+bench-dns: harness-binaries
+	dir=$$(bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns) && \
+	  $(GO) run ./test/dnsbench -coredns $$dir/coredns -duration $(BENCH_DNS_TIME)
+
+# Export -> resolvable -> reachable latency in another cluster, with real
+# mcsd processes (root).
+bench-e2e: harness-binaries
+	$(GO) test -run '^$$' -bench BenchmarkExportToReachable -benchtime 1x -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 # A broker, two clusters and one mcsd each; an app exported from cluster2,
 # reached by name and ClusterSetIP from cluster1, then scaled into cluster1.
