@@ -96,7 +96,8 @@ func (c *Cluster) WriteKubeconfig(path string, cfg *rest.Config) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -111,15 +112,15 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return err
 	}
-	etcdClient, err := freePort()
+	etcdClient, err := FreePort()
 	if err != nil {
 		return err
 	}
-	etcdPeer, err := freePort()
+	etcdPeer, err := FreePort()
 	if err != nil {
 		return err
 	}
-	if c.apiserverPort, err = freePort(); err != nil {
+	if c.apiserverPort, err = FreePort(); err != nil {
 		return err
 	}
 
