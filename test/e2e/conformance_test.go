@@ -1,0 +1,665 @@
+// Package e2e runs mcsd end to end: real control planes, the mcsd binary
+// in every cluster, pods in network namespaces.
+//
+// TestConformance is the upstream MCS API conformance suite
+// (sigs.k8s.io/mcs-api, conformance/) ported to this harness: one subtest per
+// upstream spec, named with the spec's own text (its Context and Specify/It
+// text joined), asserting what the upstream spec asserts, with the same
+// 20 s bounds. Pods are the harness's echo pods instead of Deployments and
+// StatefulSets, DNS is asked with a DNS client inside a pod's network
+// namespace instead of nslookup, and connections go through the proxier
+// from a pod instead of nc.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/test/harness"
+)
+
+// coreEndpointSliceManager is the managed-by value of the EndpointSlices
+// Kubernetes' own controller writes; MCS EndpointSlices must not carry it.
+const coreEndpointSliceManager = "endpointslice-controller.k8s.io"
+
+func TestConformance(t *testing.T) {
+	began := time.Now()
+	s := startClusterSet(t)
+	t.Logf("clusterset with mcsd in %d clusters ready in %v", len(s.members), time.Since(began).Round(10*time.Millisecond))
+
+	for _, spec := range []struct {
+		name string
+		run  func(*testing.T, *clusterSet)
+	}{
+		// service_import.go
+		{"A ServiceImport should only exist as long as there's at least one exporting cluster", specImportLifetime},
+		{"Only labels and annotations specified as exported in the ServiceExport should be propagated to the ServiceImport", specExportedMetadata},
+		{"A service exported on two clusters with conflicting annotations and labels should apply the conflict resolution policy and report a Conflict condition on each ServiceExport", specMetadataConflict},
+		{"Exporting a ClusterIP service should create a ServiceImport of type ClusterSetIP in the service's namespace in each cluster. Unexporting should delete the ServiceImport", specClusterIPImport},
+		{"The SessionAffinity for a ClusterSetIP ServiceImport should match the exported service's SessionAffinity", specSessionAffinity},
+		{"The InternalTrafficPolicy for a ClusterSetIP ServiceImport should match the exported service's InternalTrafficPolicy", specInternalTrafficPolicy},
+		{"The TrafficDistribution for a ClusterSetIP ServiceImport should match the exported service's TrafficDistribution", specTrafficDistribution},
+		{"An IP should be allocated for a ClusterSetIP ServiceImport", specIPAllocated},
+		{"The ports for a ClusterSetIP ServiceImport should match those of the exported service", specPorts},
+		{"A ClusterIP service exported on two clusters should expose the union of the constituent service ports and raise a conflict", specPortUnion},
+		{"A ClusterIP service exported on two clusters with conflicting ports should apply the conflict resolution policy and report a Conflict condition on each ServiceExport", specPortConflict},
+		{"Exporting a headless service should create a ServiceImport of type Headless in the service's namespace in each cluster. Unexporting should delete the ServiceImport", specHeadlessImport},
+		{"No clusterset IP should be allocated for a Headless ServiceImport", specHeadlessNoIP},
+		{"Exporting an ExternalName service should set ServiceExport Valid condition to False", specExternalName},
+		{"A service exported on two clusters with conflicting headlessness should apply the conflict resolution policy and report a Conflict condition on the ServiceExport", specTypeConflict},
+		// endpoint_slice.go
+		{"Exporting a service should create an MCS EndpointSlice in the service's namespace in each cluster with the required MCS labels. Unexporting should delete the EndpointSlice.", specEndpointSlices},
+		// clusterip_service_dns.go
+		{"A DNS lookup of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should resolve to the clusterset IP", specDNSClusterSetIP},
+		{"A DNS SRV query of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should return valid SRV records", specDNSClusterIPSRV},
+		{"DNS lookups of the <service>.<ns>.svc.cluster.local domain for a ClusterIP service should only resolve local services", specDNSClusterLocal},
+		// headless_service_dns.go
+		{"A DNS query of the <service>.<ns>.svc.clusterset.local domain for a headless service should return the ready endpoint addresses of all the backing pods", specDNSHeadless},
+		{"A DNS query of the <hostname>.<clusterid>.<service>.<ns>.svc.clusterset.local domain for a headless StatefulSet service should return the requested pod's endpoint address", specDNSHostname},
+		{"A DNS SRV query of the <service>.<ns>.svc.clusterset.local domain for a headless service should return valid SRV records", specDNSHeadlessSRV},
+		// connectivity.go
+		{"Connectivity to a service that is not exported should be inaccessible", specNotExported},
+		{"Connectivity to an exported ClusterIP service should be accessible through DNS", specAccessible},
+		{"Connectivity to a ClusterIP service existing in two clusters but exported from one should only access the exporting cluster", specExportedFromOne},
+		{"Connectivity to exported services with same port name but different port numbers on each cluster should only route traffic to the cluster that exposes the port", specSamePortName},
+		{"Connectivity to exported services with different port name on each cluster should route traffic to each port only to the cluster that exposes it", specDifferentPortName},
+	} {
+		t.Run(spec.name, func(t *testing.T) { spec.run(t, s) })
+	}
+	t.Logf("suite done in %v", time.Since(began).Round(10*time.Millisecond))
+}
+
+// --- service_import.go ---
+
+func specImportLifetime(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	e.awaitImport(0, nil)
+
+	e.helloPods(1, 1, "")
+	e.deploy(1, helloService())
+	e.export(1, helloServiceExport())
+	e.holdImport(0, "exported from both clusters")
+
+	e.unexport(0)
+	e.holdImport(0, "unexported from cluster1 while still exported from cluster2")
+	e.holdImport(1, "unexported from cluster1 while still exported from cluster2")
+
+	e.unexport(1)
+	for i := range s.members {
+		e.awaitNoImport(i, "unexported from every cluster")
+	}
+}
+
+func hasAll(got, want map[string]string) error {
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("%s=%s missing from %v", k, v, got)
+		}
+	}
+	return nil
+}
+
+func hasNone(got, unwanted map[string]string) error {
+	for k, v := range unwanted {
+		if g, ok := got[k]; ok && g == v {
+			return fmt.Errorf("%s=%s present in %v", k, v, got)
+		}
+	}
+	return nil
+}
+
+func specExportedMetadata(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc := helloService()
+	e.helloPods(0, 1, "")
+	e.deploy(0, svc)
+	se := helloServiceExport()
+	se.Spec.ExportedLabels = map[string]string{"dummy-label": "true"}
+	se.Spec.ExportedAnnotations = map[string]string{"dummy-annotation": "true"}
+	e.export(0, se)
+
+	for i := range s.members {
+		e.awaitImport(i, func(si *mcsv1beta1.ServiceImport) error {
+			for _, err := range []error{
+				hasAll(si.Annotations, se.Spec.ExportedAnnotations),
+				hasNone(si.Annotations, svc.Annotations),
+				hasAll(si.Labels, se.Spec.ExportedLabels),
+				hasNone(si.Labels, svc.Labels),
+			} {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
+func specMetadataConflict(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	se1, se2 := helloServiceExport(), helloServiceExport()
+	se1.Spec.ExportedLabels = map[string]string{"dummy-label": "true"}
+	se1.Spec.ExportedAnnotations = map[string]string{"dummy-annotation": "true"}
+	se2.Spec.ExportedLabels = map[string]string{"dummy-label2": "true"}
+	se2.Spec.ExportedAnnotations = map[string]string{"dummy-annotation2": "true"}
+	e.twoClusters(helloService(), helloService(), se1, se2)
+
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		for _, err := range []error{
+			hasAll(si.Annotations, se1.Spec.ExportedAnnotations),
+			hasNone(si.Annotations, se2.Spec.ExportedAnnotations),
+			hasAll(si.Labels, se1.Spec.ExportedLabels),
+			hasNone(si.Labels, se2.Spec.ExportedLabels),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkType accepts a ServiceImport of the given type with valid families.
+func checkType(want mcsv1beta1.ServiceImportType) func(*mcsv1beta1.ServiceImport) error {
+	return func(si *mcsv1beta1.ServiceImport) error {
+		if si.Spec.Type != want {
+			return fmt.Errorf("type %q, want %q", si.Spec.Type, want)
+		}
+		return checkFamilies(si)
+	}
+}
+
+func specClusterIPImport(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue)
+	for i := range s.members {
+		e.awaitImport(i, checkType(mcsv1beta1.ClusterSetIP))
+	}
+	e.unexport(0)
+	for i := range s.members {
+		e.awaitNoImport(i, "unexported")
+	}
+}
+
+func specSessionAffinity(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc := e.deployHello(nil)
+	e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if si.Spec.SessionAffinity != svc.Spec.SessionAffinity {
+			return fmt.Errorf("sessionAffinity %q, want %q", si.Spec.SessionAffinity, svc.Spec.SessionAffinity)
+		}
+		if !reflect.DeepEqual(si.Spec.SessionAffinityConfig, svc.Spec.SessionAffinityConfig) {
+			return fmt.Errorf("sessionAffinityConfig %v, want %v", si.Spec.SessionAffinityConfig, svc.Spec.SessionAffinityConfig)
+		}
+		return nil
+	})
+}
+
+func specInternalTrafficPolicy(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	want := ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
+	e.deployHello(func(svc *corev1.Service) { svc.Spec.InternalTrafficPolicy = want })
+	e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if !reflect.DeepEqual(si.Spec.InternalTrafficPolicy, want) {
+			return fmt.Errorf("internalTrafficPolicy %v, want %v", ptr.Deref(si.Spec.InternalTrafficPolicy, "<nil>"), *want)
+		}
+		return nil
+	})
+}
+
+func specTrafficDistribution(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	want := ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+	e.deployHello(func(svc *corev1.Service) { svc.Spec.TrafficDistribution = want })
+	e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if !reflect.DeepEqual(si.Spec.TrafficDistribution, want) {
+			return fmt.Errorf("trafficDistribution %v, want %v", ptr.Deref(si.Spec.TrafficDistribution, "<nil>"), *want)
+		}
+		return nil
+	})
+}
+
+func specIPAllocated(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	si := e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if len(si.Spec.IPs) == 0 {
+			return fmt.Errorf("no spec.ips")
+		}
+		return checkFamilies(si)
+	})
+	if _, err := netip.ParseAddr(si.Spec.IPs[0]); err != nil {
+		t.Fatalf("spec.ips[0] %q is not a valid IP: %v", si.Spec.IPs[0], err)
+	}
+}
+
+func specPorts(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc := e.deployHello(nil)
+	e.awaitImport(0, checkPorts(mcsPorts(svc.Spec.Ports...)))
+}
+
+func specPortUnion(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc1, svc2 := helloService(), helloService()
+	extra := corev1.ServicePort{Name: "stcp", Port: 142, Protocol: corev1.ProtocolSCTP}
+	svc2.Spec.Ports = []corev1.ServicePort{svc1.Spec.Ports[0], extra}
+	e.twoClusters(svc1, svc2, helloServiceExport(), helloServiceExport())
+
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitImport(0, checkPorts(mcsPorts(append(slices.Clone(svc1.Spec.Ports), extra)...)))
+}
+
+func specPortConflict(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc1, svc2 := helloService(), helloService()
+	svc2.Spec.Ports = []corev1.ServicePort{svc1.Spec.Ports[0]}
+	svc2.Spec.Ports[0].Port++
+	e.twoClusters(svc1, svc2, helloServiceExport(), helloServiceExport())
+
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitImport(0, checkPorts(mcsPorts(svc1.Spec.Ports...)))
+}
+
+func headless(svc *corev1.Service) { svc.Spec.ClusterIP = corev1.ClusterIPNone }
+
+func specHeadlessImport(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(headless)
+	for i := range s.members {
+		e.awaitImport(i, checkType(mcsv1beta1.Headless))
+	}
+	e.unexport(0)
+	for i := range s.members {
+		e.awaitNoImport(i, "unexported")
+	}
+}
+
+func specHeadlessNoIP(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(headless)
+	e.awaitImport(0, checkFamilies)
+	for end := time.Now().Add(holdFor); time.Now().Before(end); time.Sleep(time.Second) {
+		si, err := e.getImport(0)
+		if err != nil {
+			t.Fatalf("getting the ServiceImport: %v", err)
+		}
+		if len(si.Spec.IPs) > 0 {
+			t.Fatalf("headless ServiceImport has spec.ips %v", si.Spec.IPs)
+		}
+	}
+}
+
+func specExternalName(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(func(svc *corev1.Service) {
+		svc.Spec.Type = corev1.ServiceTypeExternalName
+		svc.Spec.ExternalName = "example.com"
+		svc.Spec.SessionAffinity = ""
+		svc.Spec.SessionAffinityConfig = nil
+	})
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse)
+	e.holdNoImport(0, "the ServiceImport should not exist for an ExternalName service")
+	e.holdNoImport(1, "the ServiceImport should not exist for an ExternalName service")
+}
+
+func specTypeConflict(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc2 := helloService()
+	headless(svc2)
+	e.twoClusters(helloService(), svc2, helloServiceExport(), helloServiceExport())
+
+	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	for i := range s.members {
+		e.awaitImport(i, checkType(mcsv1beta1.ClusterSetIP))
+	}
+}
+
+// --- endpoint_slice.go ---
+
+func specEndpointSlices(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	names := make([][]string, len(s.members))
+	for i := range s.members {
+		for _, f := range e.awaitFamilies(i) {
+			eps := e.awaitMCSSlice(i, addressType(f), nil)
+			names[i] = append(names[i], eps.Name)
+			if got := eps.Labels[mcsv1beta1.LabelServiceName]; got != serviceName {
+				t.Errorf("%s: MCS EndpointSlice %s: label %s=%q, want %q", e.member(i).ID, eps.Name, mcsv1beta1.LabelServiceName, got, serviceName)
+			}
+			managedBy, ok := eps.Labels[discoveryv1.LabelManagedBy]
+			if !ok {
+				t.Errorf("%s: MCS EndpointSlice %s has no %s label", e.member(i).ID, eps.Name, discoveryv1.LabelManagedBy)
+			}
+			if managedBy == coreEndpointSliceManager {
+				t.Errorf("%s: MCS EndpointSlice %s: %s=%s, the core controller's", e.member(i).ID, eps.Name, discoveryv1.LabelManagedBy, managedBy)
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	e.unexport(0)
+	for i := range s.members {
+		for _, name := range names[i] {
+			err := wait.PollUntilContextTimeout(e.ctx, pollEvery, awaitTimeout, true, func(ctx context.Context) (bool, error) {
+				_, err := e.member(i).Kube.DiscoveryV1().EndpointSlices(e.ns).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			})
+			if err != nil {
+				t.Fatalf("%s: EndpointSlice %s not deleted within %v of unexport", e.member(i).ID, name, awaitTimeout)
+			}
+		}
+	}
+}
+
+// --- clusterip_service_dns.go ---
+
+// exactly accepts an answer whose addresses are exactly want.
+func exactly(want []string) func(*dns.Msg) error {
+	want = slices.Clone(want)
+	slices.Sort(want)
+	return func(m *dns.Msg) error {
+		if m.Rcode != dns.RcodeSuccess {
+			return fmt.Errorf("rcode %s", dns.RcodeToString[m.Rcode])
+		}
+		if got := addresses(m); !slices.Equal(got, want) {
+			return fmt.Errorf("addresses %v, want %v", got, want)
+		}
+		return nil
+	}
+}
+
+func specDNSClusterSetIP(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	for i := range s.members {
+		si := e.awaitImport(i, func(si *mcsv1beta1.ServiceImport) error {
+			if len(si.Spec.IPs) == 0 {
+				return fmt.Errorf("no spec.ips")
+			}
+			return checkFamilies(si)
+		})
+		for k, ip := range si.Spec.IPs {
+			e.awaitAnswer(i, e.fqdn(), recordType(si.Spec.IPFamilies[k]), exactly([]string{ip}))
+		}
+	}
+}
+
+func specDNSClusterIPSRV(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.deployHello(nil)
+	// tcp/42 and udp/42 are one (port, target) pair: one record.
+	want := []srv{{port: servicePort, target: strings.TrimSuffix(e.fqdn(), ".")}}
+	for i := range s.members {
+		e.awaitAnswer(i, e.fqdn(), dns.TypeSRV, func(m *dns.Msg) error {
+			if got := srvRecords(m); !slices.Equal(got, want) {
+				return fmt.Errorf("SRV records %v, want %v", got, want)
+			}
+			return nil
+		})
+	}
+}
+
+// specDNSClusterLocal: the harness runs no cluster DNS (kube-dns or
+// CoreDNS's kubernetes plugin), which is what resolves cluster.local names
+// to a local Service's ClusterIP. What the spec asks of an MCS
+// implementation's DNS is that it leaves cluster.local alone: mcsd's server
+// must refuse a cluster.local name rather than answer it, in particular
+// never with the clusterset IP, while it answers the clusterset name with
+// the clusterset IP, never with the local ClusterIP.
+func specDNSClusterLocal(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc := e.deployHello(nil)
+	var local string
+	err := wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(ctx context.Context) (bool, error) {
+		got, err := e.member(0).Kube.CoreV1().Services(e.ns).Get(ctx, svc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		local = got.Spec.ClusterIP
+		return local != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the Service was not given a cluster IP")
+	}
+	si := e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if len(si.Spec.IPs) == 0 {
+			return fmt.Errorf("no spec.ips")
+		}
+		return nil
+	})
+	if slices.Contains(si.Spec.IPs, local) {
+		t.Fatalf("the clusterset IPs %v include the local cluster IP %s", si.Spec.IPs, local)
+	}
+	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs))
+	localName := fmt.Sprintf("%s.%s.svc.cluster.local.", serviceName, e.ns)
+	for _, network := range []string{"udp", "tcp"} {
+		m, err := e.query(0, network, localName, dns.TypeA)
+		if err != nil {
+			t.Fatalf("asking for %s over %s: %v", localName, network, err)
+		}
+		if m.Rcode != dns.RcodeRefused || len(m.Answer) > 0 {
+			t.Fatalf("mcsd answered %s over %s with %s %v, want REFUSED without answers (cluster.local is the cluster DNS's zone)", localName, network, dns.RcodeToString[m.Rcode], m.Answer)
+		}
+	}
+}
+
+// --- headless_service_dns.go ---
+
+const replicas = 2
+
+func specDNSHeadless(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.helloPods(0, replicas, "")
+	svc := helloService()
+	headless(svc)
+	e.deploy(0, svc)
+	e.export(0, helloServiceExport())
+	for i := range s.members {
+		for _, f := range e.awaitFamilies(i) {
+			var want []string
+			for _, ep := range e.awaitEndpoints(0, addressType(f), replicas) {
+				want = append(want, ep.address)
+			}
+			e.awaitAnswer(i, e.fqdn(), recordType(f), exactly(want))
+		}
+	}
+}
+
+func specDNSHostname(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	// A StatefulSet's pods: hostname hello-<n> in subdomain hello, the
+	// headless service's name.
+	e.helloPods(0, replicas, serviceName)
+	svc := helloService()
+	headless(svc)
+	e.deploy(0, svc)
+	e.export(0, helloServiceExport())
+	for i := range s.members {
+		for _, f := range e.awaitFamilies(i) {
+			eps := e.awaitMCSSlice(i, addressType(f), func(eps *discoveryv1.EndpointSlice) error {
+				if len(eps.Endpoints) != replicas {
+					return fmt.Errorf("MCS EndpointSlice %s has %d endpoints, want %d", eps.Name, len(eps.Endpoints), replicas)
+				}
+				for _, ep := range eps.Endpoints {
+					if !ptr.Deref(ep.Conditions.Ready, true) {
+						return fmt.Errorf("endpoint %v of MCS EndpointSlice %s is not ready", ep.Addresses, eps.Name)
+					}
+					if ptr.Deref(ep.Hostname, "") == "" {
+						return fmt.Errorf("endpoint %v of MCS EndpointSlice %s has no hostname", ep.Addresses, eps.Name)
+					}
+				}
+				return nil
+			})
+			clusterID := eps.Labels[mcsv1beta1.LabelSourceCluster]
+			for _, ep := range eps.Endpoints {
+				e.awaitAnswer(i, e.fqdn(*ep.Hostname, clusterID), recordType(f), exactly(ep.Addresses))
+			}
+		}
+	}
+}
+
+func specDNSHeadlessSRV(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.helloPods(0, replicas, "")
+	svc := helloService()
+	headless(svc)
+	svc = e.deploy(0, svc)
+	e.export(0, helloServiceExport())
+	var want []srv
+	for _, f := range svc.Spec.IPFamilies {
+		for _, ep := range e.awaitEndpoints(0, addressType(f), replicas) {
+			// tcp/42 and udp/42 are one (port, target) pair per endpoint.
+			want = append(want, srv{port: servicePort, target: strings.TrimSuffix(e.fqdn(ep.hostname, e.member(0).ID), ".")})
+		}
+	}
+	slices.SortFunc(want, func(a, b srv) int { return strings.Compare(a.target, b.target) })
+	for i := range s.members {
+		e.awaitAnswer(i, e.fqdn(), dns.TypeSRV, func(m *dns.Msg) error {
+			if got := srvRecords(m); !slices.Equal(got, want) {
+				return fmt.Errorf("SRV records %v, want %v", got, want)
+			}
+			return nil
+		})
+	}
+}
+
+// --- connectivity.go ---
+
+// noAffinity turns client-IP session affinity off: with it, every
+// connection of a request pod would go to the first backend chosen for it,
+// and a misrouted share of the traffic could go unseen.
+func noAffinity(svc *corev1.Service) {
+	svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	svc.Spec.SessionAffinityConfig = nil
+}
+
+func specNotExported(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	e.helloPods(0, 1, "")
+	e.deploy(0, helloService())
+	for i := range s.members {
+		for k := range 20 {
+			m, err := e.query(i, "udp", e.fqdn(), dns.TypeA)
+			if err != nil {
+				t.Fatalf("%s: query %d for %s: %v", e.member(i).ID, k+1, e.fqdn(), err)
+			}
+			if m.Rcode != dns.RcodeNameError || len(m.Answer) > 0 {
+				t.Fatalf("%s: %s of a service exported nowhere answered %s %v, want NXDOMAIN", e.member(i).ID, e.fqdn(), dns.RcodeToString[m.Rcode], m.Answer)
+			}
+		}
+	}
+	e.noConnect(servicePort, 20)
+	for i := range s.members {
+		if si, err := e.getImport(i); err == nil {
+			t.Fatalf("%s: ServiceImport of a service exported nowhere: %+v", e.member(i).ID, si.Spec)
+		}
+	}
+}
+
+func specAccessible(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	backend := e.helloPods(0, 1, "")
+	e.deploy(0, helloService())
+	e.export(0, helloServiceExport())
+	e.awaitOnly(servicePort, backend, 1)
+}
+
+func specExportedFromOne(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc1, svc2 := helloService(), helloService()
+	noAffinity(svc1)
+	noAffinity(svc2)
+	backend := e.helloPods(0, 1, "")
+	e.deploy(0, svc1)
+	e.helloPods(1, 1, "")
+	e.deploy(1, svc2)
+	e.export(0, helloServiceExport())
+	e.awaitOnly(servicePort, backend, 20)
+}
+
+// awaitFrom waits until every cluster holds an MCS EndpointSlice with
+// endpoints from the given source cluster: its importer has the source's
+// export, so what the proxier does with it shows.
+func (e *specEnv) awaitFrom(source string) {
+	e.t.Helper()
+	for i := range e.s.members {
+		e.awaitMCSSlice(i, discoveryv1.AddressTypeIPv4, func(eps *discoveryv1.EndpointSlice) error {
+			if got := eps.Labels[mcsv1beta1.LabelSourceCluster]; got != source {
+				return fmt.Errorf("only endpoints from %s", got)
+			}
+			return nil
+		})
+	}
+}
+
+func specSamePortName(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc1, svc2 := helloService(), helloService()
+	noAffinity(svc1)
+	noAffinity(svc2)
+	// The same port name, another number; the backends listen on 42 in
+	// both clusters, so only the proxier can keep traffic to port 42 away
+	// from the second cluster.
+	svc2.Spec.Ports = []corev1.ServicePort{{Name: "tcp", Port: 4242, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(servicePort)}}
+	e.twoClusters(svc1, svc2, helloServiceExport(), helloServiceExport())
+	backend1 := podsOf(e, 0)
+
+	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
+	e.awaitFrom(e.member(1).ID)
+	e.awaitOnly(servicePort, backend1, 20)
+}
+
+func specDifferentPortName(t *testing.T, s *clusterSet) {
+	e := s.begin(t)
+	svc1, svc2 := helloService(), helloService()
+	noAffinity(svc1)
+	noAffinity(svc2)
+	svc2.Spec.Ports = []corev1.ServicePort{{Name: "tcp2", Port: 4242, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(servicePort)}}
+	e.twoClusters(svc1, svc2, helloServiceExport(), helloServiceExport())
+	backend1, backend2 := podsOf(e, 0), podsOf(e, 1)
+
+	for i := range s.members {
+		e.awaitImport(i, checkPorts(mcsPorts(append(slices.Clone(svc1.Spec.Ports), svc2.Spec.Ports...)...)))
+	}
+	e.awaitFrom(e.member(1).ID)
+	e.awaitOnly(servicePort, backend1, 20)
+	e.awaitOnly(4242, backend2, 20)
+}
+
+// podsOf returns the hello backends the spec started in cluster i.
+func podsOf(e *specEnv, i int) []*harness.Pod {
+	var out []*harness.Pod
+	for _, p := range e.pods {
+		if p.Node == e.s.nodes[i] && strings.HasPrefix(p.Name, serviceName+"-") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
