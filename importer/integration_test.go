@@ -40,7 +40,10 @@ const (
 )
 
 type env struct {
-	t         *testing.T
+	t *testing.T
+	// root is the whole test: exporters and importers started on it run
+	// until the test ends, not just the subtest that started them.
+	root      *testing.T
 	ctx       context.Context
 	cs        *harness.ClusterSet
 	members   []*fixture.Member
@@ -50,11 +53,11 @@ type env struct {
 }
 
 func (e *env) startExporter(m *fixture.Member) {
-	e.exporters[m.ID] = fixture.StartExporter(e.t, m, fixture.ExporterOptions{LeaseDuration: leaseDuration})
+	e.exporters[m.ID] = fixture.StartExporter(e.root, m, fixture.ExporterOptions{LeaseDuration: leaseDuration})
 }
 
 func (e *env) startImporter(m *fixture.Member) {
-	e.importers[m.ID] = fixture.StartImporter(e.t, m, fixture.ImporterOptions{ClusterTTL: clusterTTL})
+	e.importers[m.ID] = fixture.StartImporter(e.root, m, fixture.ImporterOptions{ClusterTTL: clusterTTL})
 }
 
 func (e *env) namespace(name string, in ...*fixture.Member) {
@@ -248,11 +251,12 @@ func (e *env) event(m *fixture.Member, ns, name, reason string) corev1.Event {
 	return found
 }
 
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
+// metricValue is the value of the metric name with the given labels in
+// reg, 0 when there is none.
+func metricValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	families, err := reg.Gather()
 	if err != nil {
-		t.Fatal(err)
+		return 0
 	}
 	for _, f := range families {
 		if f.GetName() != name {
@@ -299,7 +303,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	members := fixture.Join(t, cs)
-	e := &env{t: t, ctx: ctx, cs: cs, members: members, nodes: map[string]*harness.Node{},
+	e := &env{t: t, root: t, ctx: ctx, cs: cs, members: members, nodes: map[string]*harness.Node{},
 		exporters: map[string]*fixture.Exporter{}, importers: map[string]*fixture.Importer{}}
 	for _, m := range members {
 		node, err := m.AddNode(ctx)
@@ -644,7 +648,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 				t.Fatalf("%s: the VIP changed to %v when cluster3 died", m.ID, si.Spec.IPs)
 			}
 			e.event(m, "app", "ttl", importer.EventClusterLeft)
-			if v := metricValue(t, e.importers[m.ID].Registry, "mcsd_importer_cluster_dropped_total", map[string]string{"cluster": c3.ID}); v < 1 {
+			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_cluster_dropped_total", map[string]string{"cluster": c3.ID}); v < 1 {
 				t.Fatalf("%s: cluster_dropped_total{cluster3} = %v", m.ID, v)
 			}
 		}
@@ -730,7 +734,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			})
 			c := meta.FindStatusCondition(si.Status.Conditions, "Ready")
 			t.Logf("%s: Ready=%s %s: %s", m.ID, c.Status, c.Reason, c.Message)
-			if v := metricValue(t, e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 0 {
+			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 0 {
 				t.Fatalf("%s: broker_reachable = %v during the outage", m.ID, v)
 			}
 			e.event(m, "app", "ttl", importer.ReasonBrokerUnreachable)
@@ -767,7 +771,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		time.Sleep(clusterTTL + 2*time.Second)
 		for _, m := range members {
 			e.endpointsBySource(m, "app", "ttl", 5*time.Second, map[string][]string{c1.ID: {ttlPods[c1.ID]}, c3.ID: {ttlPods[c3.ID]}})
-			if v := metricValue(t, e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 1 {
+			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 1 {
 				t.Fatalf("%s: broker_reachable = %v after the outage", m.ID, v)
 			}
 		}
