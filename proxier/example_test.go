@@ -1,0 +1,165 @@
+package proxier_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+
+	"github.com/mcsd-io/mcsd/proxier"
+)
+
+// TestMain turns off client-go's watch-list streaming before any informer
+// starts: the mcs-api fake clientset predates it and never sends the
+// bookmark an informer waits for. Real API servers need nothing of the kind.
+func TestMain(m *testing.M) {
+	if err := os.Setenv("KUBE_FEATURE_WatchListClient", "false"); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
+
+// conntrackByCNI stands for a CNI that clears conntrack entries itself.
+type conntrackByCNI struct{}
+
+func (conntrackByCNI) DeleteUDPFlows(v1.IPFamily, []proxier.UDPFlow) (int, error) { return 0, nil }
+
+// A CNI embeds the proxier by feeding it from its own informers: ServiceImports
+// from the mcs-api clientset, and only the EndpointSlices labelled with
+// multicluster.kubernetes.io/service-name (those of imported services) from
+// client-go's. The fakes here stand in for the CNI's real clients, and
+// knftables.NewFake for the kernel.
+func Example() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// What the importer wrote in this cluster: the import of shop/cart,
+	// and the endpoints cluster "west" exports for it.
+	cart := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"},
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:  mcsv1beta1.ClusterSetIP,
+			IPs:   []string{"243.64.0.10"},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}},
+		},
+	}
+	exported := proxier.ServicePorts{}
+	exported.Add("http", v1.ProtocolTCP, 80) // west serves "http" on port 80
+	west := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "shop", Name: "cart-west",
+			Labels: map[string]string{
+				mcsv1beta1.LabelServiceName:   "cart",
+				mcsv1beta1.LabelSourceCluster: "west",
+			},
+			Annotations: map[string]string{proxier.ServicePortsAnnotation: exported.Encode()},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.7"}}},
+	}
+	kube := kubefake.NewClientset(west)
+	mcs := mcsfake.NewSimpleClientset(cart)
+
+	nft := knftables.NewFake(knftables.IPv4Family, proxier.TableName)
+	p, err := proxier.New(proxier.Config{
+		ClusterID:     "east",
+		IPFamily:      v1.IPv4Protocol,
+		NFTables:      nft,
+		Conntrack:     conntrackByCNI{},
+		PodCIDRs:      []string{"10.1.0.0/16"},
+		MinSyncPeriod: 10 * time.Millisecond,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }))
+	slices := kubeInformers.Discovery().V1().EndpointSlices().Informer()
+	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.OnEndpointSliceAdd(obj.(*discoveryv1.EndpointSlice)) },
+		UpdateFunc: func(old, obj any) { p.OnEndpointSliceUpdate(old.(*discoveryv1.EndpointSlice), obj.(*discoveryv1.EndpointSlice)) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				p.OnEndpointSliceDelete(s)
+			}
+		},
+	})
+	mcsInformers := mcsinformers.NewSharedInformerFactory(mcs, 0)
+	imports := mcsInformers.Multicluster().V1beta1().ServiceImports().Informer()
+	_, _ = imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.OnServiceImportAdd(obj.(*mcsv1beta1.ServiceImport)) },
+		UpdateFunc: func(old, obj any) { p.OnServiceImportUpdate(old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport)) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
+				p.OnServiceImportDelete(si)
+			}
+		},
+	})
+	kubeInformers.Start(ctx.Done())
+	mcsInformers.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), slices.HasSynced, imports.HasSynced) {
+		return
+	}
+	// Both initial lists are in: the first (full) sync runs in these calls,
+	// so nothing is programmed from half a view. Then the loop applies
+	// changes as they come.
+	p.OnServiceImportsSynced()
+	p.OnEndpointSlicesSynced()
+	go p.SyncLoop(ctx)
+
+	dispatch, _ := nft.ListElements(ctx, "map", "service-ips")
+	for _, e := range dispatch {
+		fmt.Println("service-ips:", e.Key, "->", e.Value)
+	}
+	printChain := func() {
+		rules, _ := nft.ListRules(ctx, dispatch[0].Value[0][len("goto "):])
+		for _, r := range rules {
+			fmt.Println(" ", r.Rule)
+		}
+	}
+	printChain()
+
+	// West scales up: the informer delivers the change, and the next
+	// (partial) sync rewrites the service's chain.
+	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
+	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Update(ctx, west, metav1.UpdateOptions{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if rules, _ := nft.ListRules(ctx, dispatch[0].Value[0][len("goto "):]); len(rules) == 1 && strings.Contains(rules[0].Rule, "mod 2") {
+			break
+		}
+	}
+	fmt.Println("after west scaled up:")
+	printChain()
+
+	// Output:
+	// service-ips: [243.64.0.10 tcp 80] -> [goto service-BXSSILIN-shop/cart/tcp/80]
+	//   meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.2.0.7 . 8080 }
+	// after west scaled up:
+	//   meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.2.0.7 . 8080 , 1 : 10.2.0.8 . 8080 }
+}
