@@ -93,8 +93,10 @@ func Example() {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }))
 	slices := kubeInformers.Discovery().V1().EndpointSlices().Informer()
 	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.OnEndpointSliceAdd(obj.(*discoveryv1.EndpointSlice)) },
-		UpdateFunc: func(old, obj any) { p.OnEndpointSliceUpdate(old.(*discoveryv1.EndpointSlice), obj.(*discoveryv1.EndpointSlice)) },
+		AddFunc: func(obj any) { p.OnEndpointSliceAdd(obj.(*discoveryv1.EndpointSlice)) },
+		UpdateFunc: func(old, obj any) {
+			p.OnEndpointSliceUpdate(old.(*discoveryv1.EndpointSlice), obj.(*discoveryv1.EndpointSlice))
+		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
@@ -107,8 +109,10 @@ func Example() {
 	mcsInformers := mcsinformers.NewSharedInformerFactory(mcs, 0)
 	imports := mcsInformers.Multicluster().V1beta1().ServiceImports().Informer()
 	_, _ = imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.OnServiceImportAdd(obj.(*mcsv1beta1.ServiceImport)) },
-		UpdateFunc: func(old, obj any) { p.OnServiceImportUpdate(old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport)) },
+		AddFunc: func(obj any) { p.OnServiceImportAdd(obj.(*mcsv1beta1.ServiceImport)) },
+		UpdateFunc: func(old, obj any) {
+			p.OnServiceImportUpdate(old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport))
+		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
