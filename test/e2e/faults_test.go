@@ -129,11 +129,11 @@ func (s *faultSite) clustersReached(vip netip.Addr, n int) map[string]int {
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 		id, err := s.client.Ask(ctx, "tcp", netip.AddrPortFrom(vip, 80).String())
 		cancel()
-		seen[id.Cluster]++
 		if err != nil {
 			seen[""]++
-			delete(seen, id.Cluster)
+			continue
 		}
+		seen[id.Cluster]++
 	}
 	return seen
 }
