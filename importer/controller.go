@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -316,7 +317,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(key)
 		return true
 	}
-	klog.FromContext(ctx).Error(err, "Importing service failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
+	if apierrors.IsConflict(err) {
+		// A write raced the cache's view of the object; the retry reads
+		// the newer one.
+		klog.FromContext(ctx).V(4).Info("Importing service raced a change; retrying", "service", key, "err", err)
+	} else {
+		klog.FromContext(ctx).Error(err, "Importing service failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
+	}
 	c.queue.AddRateLimited(key)
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -27,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "syncs_total",
-			Help: "Service imports synced, by result (success, error).",
+			Help: "Service imports synced, by result (success, conflict: a write raced a change and is retried, error).",
 		}, []string{"result"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "sync_duration_seconds",
@@ -63,11 +64,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) observeSync(d time.Duration, err error) {
 	m.syncDuration.Observe(d.Seconds())
-	if err != nil {
+	switch {
+	case apierrors.IsConflict(err):
+		m.syncs.WithLabelValues("conflict").Inc()
+	case err != nil:
 		m.syncs.WithLabelValues("error").Inc()
-		return
+	default:
+		m.syncs.WithLabelValues("success").Inc()
 	}
-	m.syncs.WithLabelValues("success").Inc()
 }
 
 func (m *Metrics) wrote(kind, operation string) { m.writes.WithLabelValues(kind, operation).Inc() }
