@@ -7,6 +7,8 @@
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
+#   make image      the mcsd container image (IMAGE=...; needs a Docker engine)
+#   make test-kind  two kind clusters, a smoke test and mcs-api conformance (Docker, kind)
 
 SHELL := /bin/bash
 GO ?= go
@@ -100,6 +102,20 @@ demo: harness-binaries
 	$(GO) build -o bin/mcsd ./cmd/mcsd
 	$(GO) build -o bin/demo ./test/cmd/demo
 	MCSD_BINARY=$(CURDIR)/bin/mcsd ./bin/demo
+
+# The node daemon's container image (Dockerfile).
+IMAGE ?= ghcr.io/mcsd-io/mcsd:dev
+.PHONY: image
+image:
+	docker build -t $(IMAGE) .
+
+# On a machine with Docker and kind: two kind clusters joined by mcsd, a
+# kubectl smoke test, then the mcs-api conformance suite; KEEP=1 leaves the
+# clusters up. Not part of make test.
+.PHONY: test-kind
+test-kind:
+	IMAGE=$(IMAGE) test/kind/up.sh
+	IMAGE=$(IMAGE) test/kind/e2e.sh; rc=$$?; [ -n "$(KEEP)" ] || test/kind/down.sh; exit $$rc
 
 clean:
 	-$(GO) run ./test/cmd/clusterset down

@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# The mcsd node daemon: `make image` (IMAGE=...) or
+#   docker build -t ghcr.io/mcsd-io/mcsd:dev .
+# The binary is static (CGO_ENABLED=0); the runtime image adds nft, which the
+# proxier runs to program nftables (it needs nft >= 1.0.1: bookworm has 1.0.6).
+
+# Matches the go directive of go.mod.
+ARG GO_VERSION=1.26
+
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o /out/mcsd ./cmd/mcsd
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends nftables \
+    && rm -rf /var/lib/apt/lists/* \
+    && nft --version
+COPY --from=build /out/mcsd /usr/local/bin/mcsd
+# Root: the proxier programs the node's nftables and conntrack. The
+# DaemonSet drops every capability but NET_ADMIN.
+USER 0:0
+ENTRYPOINT ["/usr/local/bin/mcsd"]
