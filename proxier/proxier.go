@@ -157,6 +157,10 @@ type Proxier struct {
 	needListing    bool
 	baseChainsDone bool
 	lastFullSync   time.Time
+	// syncPeriod is how often the table is checked for changes made
+	// behind the proxier's back (see tableIntact).
+	syncPeriod     time.Duration
+	lastTableCheck time.Time
 }
 
 var _ Provider = (*Proxier)(nil)
@@ -236,6 +240,7 @@ func New(cfg Config) (*Proxier, error) {
 		logger:         logger,
 		tracker:        newChangeTracker(cfg.IPFamily, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
+		syncPeriod:     syncPeriod,
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},

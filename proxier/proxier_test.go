@@ -567,6 +567,46 @@ func TestFullSync(t *testing.T) {
 		f.fullSync()
 		f.assertGolden("basic")
 	})
+	t.Run("a table flushed by hand is rewritten at the next periodic sync, for one chain listing", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.nft.Lock()
+		for _, c := range f.nft.Table.Chains {
+			c.Rules = nil
+		}
+		f.nft.Unlock()
+		lists := f.nft.listCalls()
+		f.sync()
+		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
+			t.Fatalf("a sync within the sync period checked the table: verdicts %v", got)
+		}
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		f.assertGolden("basic")
+		if n := f.nft.listCalls() - lists; n != 2 {
+			// One look at the base chain, then the full sync's listing of
+			// what is left.
+			t.Errorf("%d list calls to notice and repair the flush, want 2", n)
+		}
+		lists = f.nft.listCalls()
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		if n := f.nft.listCalls() - lists; n != 1 {
+			t.Errorf("%d list calls for a periodic sync of an intact table, want 1", n)
+		}
+	})
+	t.Run("a table deleted by hand is rewritten at the next periodic sync", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		tx := f.nft.NewTransaction()
+		tx.Delete(&knftables.Table{})
+		if err := f.nft.Fake.Run(t.Context(), tx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		f.assertGolden("basic")
+	})
 	t.Run("a full sync restores a table deleted by hand", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)

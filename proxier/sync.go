@@ -38,6 +38,12 @@ func (p *Proxier) syncProxyRules() error {
 	}
 	start := p.clock.Now()
 	full := p.needFullSync || start.Sub(p.lastFullSync) >= p.fullSyncPeriod
+	if !full && p.baseChainsDone && start.Sub(p.lastTableCheck) >= p.syncPeriod {
+		p.lastTableCheck = start
+		if !p.tableIntact() {
+			full, p.needListing = true, true
+		}
+	}
 	changes := p.tracker.checkout()
 	changed := p.applyChanges(changes)
 
@@ -124,6 +130,7 @@ func (p *Proxier) syncProxyRules() error {
 		p.needListing = false
 		p.baseChainsDone = true
 		p.lastFullSync = start
+		p.lastTableCheck = start
 	}
 	if !full && p.logger.V(2).Enabled() {
 		for _, name := range names {
