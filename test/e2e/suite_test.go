@@ -590,8 +590,8 @@ func (e *specEnv) ask(i int, network string, port int) (echo.Identity, error) {
 }
 
 // awaitOnly connects from every cluster to the hello service's clusterset
-// name on port until a backend in want answers, then asks n more times:
-// every answer must come from a pod in want.
+// name on port until a backend in want answers, then asks at least n more
+// times and for at least holdFor: every answer must come from a pod in want.
 func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
 	e.t.Helper()
 	ok := map[string]bool{}
@@ -617,7 +617,11 @@ func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
 		if err != nil {
 			e.t.Fatalf("%s: %s:%d never answered by %v within %v: %v", e.member(i).ID, e.fqdn(), port, names, awaitTimeout, last)
 		}
-		for k := range n {
+		// The proxier applies what the importer writes a moment later:
+		// keep asking for holdFor, not only n times, so that a backend
+		// that must not answer has the time to show.
+		end := time.Now().Add(holdFor)
+		for k := 0; k < n || time.Now().Before(end); k++ {
 			id, err := e.ask(i, "tcp", port)
 			if err != nil {
 				e.t.Fatalf("%s: connection %d to %s:%d: %v", e.member(i).ID, k+1, e.fqdn(), port, err)
@@ -625,6 +629,7 @@ func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
 			if !ok[id.IP] {
 				e.t.Fatalf("%s: connection %d to %s:%d answered by %s, want only %v", e.member(i).ID, k+1, e.fqdn(), port, id, names)
 			}
+			time.Sleep(pollEvery)
 		}
 	}
 }
