@@ -7,8 +7,9 @@
 // text joined), asserting what the upstream spec asserts, with the same
 // 20 s bounds. Pods are the harness's echo pods instead of Deployments and
 // StatefulSets, DNS is asked with a DNS client inside a pod's network
-// namespace instead of nslookup, and connections go through the proxier
-// from a pod instead of nc.
+// namespace instead of nslookup (cluster.local names are asked of a
+// CoreDNS serving the cluster, from the test process), and connections go
+// through the proxier from a pod instead of nc.
 package e2e
 
 import (
@@ -426,15 +427,14 @@ func specDNSClusterIPSRV(t *testing.T, s *clusterSet) {
 	}
 }
 
-// specDNSClusterLocal: the harness runs no cluster DNS (kube-dns or
-// CoreDNS's kubernetes plugin), which is what resolves cluster.local names
-// to a local Service's ClusterIP. What the spec asks of an MCS
-// implementation's DNS is that it leaves cluster.local alone: mcsd's server
-// must refuse a cluster.local name rather than answer it, in particular
-// never with the clusterset IP, while it answers the clusterset name with
-// the clusterset IP, never with the local ClusterIP.
+// specDNSClusterLocal asks the cluster's own DNS (CoreDNS's kubernetes
+// plugin, see clusterDNS) for the cluster.local name of an exported
+// Service: it must give the local Service's cluster IP, not the clusterset
+// IP. mcsd's server, for its part, must leave cluster.local alone: it
+// refuses the name, and answers the clusterset name with the clusterset IP.
 func specDNSClusterLocal(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
+	cdns := startClusterDNS(t, s.cs, e.member(0))
 	svc := e.deployHello(nil)
 	var local string
 	err := wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(ctx context.Context) (bool, error) {
@@ -457,12 +457,31 @@ func specDNSClusterLocal(t *testing.T, s *clusterSet) {
 	if slices.Contains(si.Spec.IPs, local) {
 		t.Fatalf("the clusterset IPs %v include the local cluster IP %s", si.Spec.IPs, local)
 	}
-	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs))
+
 	localName := fmt.Sprintf("%s.%s.svc.cluster.local.", serviceName, e.ns)
+	check := exactly([]string{local})
+	var last error
+	err = wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(context.Context) (bool, error) {
+		m, err := cdns.query(localName, dns.TypeA)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		if last = check(m); last != nil {
+			last = fmt.Errorf("%w (answer: %v)", last, m.Answer)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the cluster DNS of %s: %s not resolved to the local cluster IP within %v: %v", e.member(0).ID, localName, awaitTimeout, last)
+	}
+
+	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs))
 	for _, network := range []string{"udp", "tcp"} {
 		m, err := e.query(0, network, localName, dns.TypeA)
 		if err != nil {
-			t.Fatalf("asking for %s over %s: %v", localName, network, err)
+			t.Fatalf("asking mcsd for %s over %s: %v", localName, network, err)
 		}
 		if m.Rcode != dns.RcodeRefused || len(m.Answer) > 0 {
 			t.Fatalf("mcsd answered %s over %s with %s %v, want REFUSED without answers (cluster.local is the cluster DNS's zone)", localName, network, dns.RcodeToString[m.Rcode], m.Answer)
