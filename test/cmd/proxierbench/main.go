@@ -84,10 +84,11 @@ func main() {
 	printSummary(mcsd, kp)
 }
 
-// syncTimes are one size's figures: the first full sync and the median of
-// the partial syncs after a change to one service.
+// syncTimes are one size's figures: the first full sync, the median of the
+// partial syncs after a change to one service, and (the proxier only) the
+// periodic table check.
 type syncTimes struct {
-	full, partial time.Duration
+	full, partial, check time.Duration
 }
 
 func printSummary(mcsd, kp map[int]syncTimes) {
@@ -119,6 +120,13 @@ func printSummary(mcsd, kp map[int]syncTimes) {
 			ratio(m.full, k.full), ratio(m.partial, k.partial))
 	}
 	fmt.Println("(\"x\" columns: kube-proxy's time over mcsd's)")
+	fmt.Println()
+	fmt.Println("mcsd's periodic table check (one listing of its nat-prerouting chain, once per sync period)")
+	for _, n := range sizes {
+		if m, ok := mcsd[n]; ok {
+			fmt.Printf("%8d  %12s\n", n, ms(m.check))
+		}
+	}
 }
 
 func show(d time.Duration, ok bool) string {
