@@ -206,6 +206,11 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
+	for _, inf := range []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf, nsInf.Informer(), importInf.Informer(), ownSliceInf} {
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return nil, err
+		}
+	}
 	c.records, c.remoteSlices, c.ownSlices = recordInf.GetIndexer(), remoteSliceInf.GetIndexer(), ownSliceInf.GetIndexer()
 	c.imports, c.namespaces = importInf.Lister(), nsInf.Lister()
 
@@ -507,4 +512,14 @@ func labelIndex(label string) cache.IndexFunc {
 		}
 		return nil, nil
 	}
+}
+
+// dropManagedFields keeps managedFields out of the caches: nothing reads
+// them, and at tens of thousands of objects they are much of the memory.
+// An update of an object without them leaves them unchanged on the server.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
