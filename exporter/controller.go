@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
 // Config is what the exporter needs. Clients of the local cluster read
@@ -216,9 +216,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.enqueueBrokerObject(s)
 	}
 	close(c.initialized)
-	for i := 0; i < c.cfg.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
+	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Syncing export"}
+	pool.Run(ctx, c.cfg.Workers)
 	<-ctx.Done()
 	logger.Info("Stopping exporter")
 	return nil
@@ -257,29 +256,6 @@ func (c *Controller) ObserveBroker(err error) {
 	for _, r := range own {
 		c.enqueueBrokerObject(r)
 	}
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	start := time.Now()
-	err := c.sync(ctx, key)
-	c.cfg.Metrics.observeSync(time.Since(start), err)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	klog.FromContext(ctx).Error(err, "Syncing export failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
 }
 
 func (c *Controller) enqueueKeyOf(obj any) {

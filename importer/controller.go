@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,6 +30,7 @@ import (
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
 // EndpointSliceManager is the endpointslice.kubernetes.io/managed-by value
@@ -286,9 +286,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.resyncAll()
 	go c.runProbe(ctx)
 	go wait.UntilWithContext(ctx, c.clusterWorker, time.Second)
-	for i := 0; i < c.cfg.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
+	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Importing service", Clock: c.cfg.Clock}
+	pool.Run(ctx, c.cfg.Workers)
 	<-ctx.Done()
 	logger.Info("Stopping importer")
 	return nil
@@ -302,35 +301,6 @@ func (c *Controller) Synced() bool {
 	default:
 		return false
 	}
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	start := c.cfg.Clock.Now()
-	err := c.sync(ctx, key)
-	c.cfg.Metrics.observeSync(c.cfg.Clock.Since(start), err)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	if apierrors.IsConflict(err) {
-		// A write raced the cache's view of the object; the retry reads
-		// the newer one.
-		klog.FromContext(ctx).V(4).Info("Importing service raced a change; retrying", "service", key, "err", err)
-	} else {
-		klog.FromContext(ctx).Error(err, "Importing service failed; retrying", "service", key, "retries", c.queue.NumRequeues(key))
-	}
-	c.queue.AddRateLimited(key)
-	return true
 }
 
 // clusterWorker reevaluates clusters whose Lease changed or is due to

@@ -21,12 +21,10 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/proxier"
 )
-
-// maxEndpointsPerSlice is the EndpointSlice API's limit.
-const maxEndpointsPerSlice = 1000
 
 // source is one live contributing cluster's part of a service: its export
 // record and its broker EndpointSlices.
@@ -38,7 +36,7 @@ type source struct {
 // desiredSlices computes the local MCS EndpointSlices of one service: for
 // each source cluster and each of the service's address families, that
 // cluster's broker endpoints, endpoints with the same ports together, at
-// most maxEndpointsPerSlice per slice. Each slice holds one cluster's
+// most endpointgroup.MaxPerSlice per slice. Each slice holds one cluster's
 // endpoints only, names it in multicluster.kubernetes.io/source-cluster,
 // is owned by the ServiceImport and says in proxier.ServicePortsAnnotation
 // which port numbers that cluster's Service has. The result is
@@ -67,63 +65,29 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 		}
 		portsValue := ports.Encode()
 
-		type group struct {
-			family    discoveryv1.AddressType
-			portsKey  string
-			ports     []discoveryv1.EndpointPort
-			endpoints map[string]discoveryv1.Endpoint
-		}
-		groups := map[string]*group{}
-		for _, s := range src.slices {
-			if !families[s.AddressType] {
-				// Endpoints of a family the service does not have cannot
-				// be reached through it.
-				continue
-			}
-			key := string(s.AddressType) + "|" + portsKey(s.Ports)
-			g := groups[key]
-			if g == nil {
-				g = &group{family: s.AddressType, portsKey: portsKey(s.Ports), ports: clonePorts(s.Ports), endpoints: map[string]discoveryv1.Endpoint{}}
-				groups[key] = g
-			}
-			for _, ep := range s.Endpoints {
-				if len(ep.Addresses) == 0 {
-					continue
-				}
-				g.endpoints[ep.Addresses[0]] = *ep.DeepCopy()
-			}
-		}
-		ordered := make([]*group, 0, len(groups))
-		for _, g := range groups {
-			ordered = append(ordered, g)
-		}
-		slices.SortFunc(ordered, func(a, b *group) int {
-			return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.portsKey, b.portsKey))
+		groups := endpointgroup.Of(src.slices, endpointgroup.Options{
+			// Endpoints of a family the service does not have cannot be
+			// reached through it.
+			Family: func(f discoveryv1.AddressType) bool { return families[f] },
 		})
 		index := map[discoveryv1.AddressType]int{}
-		for _, g := range ordered {
-			eps := make([]discoveryv1.Endpoint, 0, len(g.endpoints))
-			for _, ep := range g.endpoints {
-				eps = append(eps, ep)
-			}
-			slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
+		for _, g := range groups {
 			// A group without endpoints still gets its (empty) slice: the
 			// cluster exports the service in that family.
-			for start := 0; start == 0 || start < len(eps); start += maxEndpointsPerSlice {
-				end := min(start+maxEndpointsPerSlice, len(eps))
+			for _, eps := range g.Chunks() {
 				out = append(out, &discoveryv1.EndpointSlice{
 					ObjectMeta: metav1.ObjectMeta{
-						Name:            SliceName(si.Name, cluster, g.family, index[g.family]),
+						Name:            SliceName(si.Name, cluster, g.Family, index[g.Family]),
 						Namespace:       si.Namespace,
 						Labels:          sliceLabels(si.Name, cluster),
 						Annotations:     map[string]string{proxier.ServicePortsAnnotation: portsValue},
 						OwnerReferences: []metav1.OwnerReference{owner},
 					},
-					AddressType: g.family,
-					Endpoints:   eps[start:end],
-					Ports:       clonePorts(g.ports),
+					AddressType: g.Family,
+					Endpoints:   eps,
+					Ports:       g.Ports,
 				})
-				index[g.family]++
+				index[g.Family]++
 			}
 		}
 	}
@@ -179,26 +143,6 @@ func addressType(f corev1.IPFamily) discoveryv1.AddressType {
 		return discoveryv1.AddressTypeIPv6
 	}
 	return discoveryv1.AddressTypeIPv4
-}
-
-func portsKey(ports []discoveryv1.EndpointPort) string {
-	parts := make([]string, 0, len(ports))
-	for _, p := range ports {
-		parts = append(parts, fmt.Sprintf("%s/%s/%d/%s", ptr.Deref(p.Name, ""), ptr.Deref(p.Protocol, corev1.ProtocolTCP), ptr.Deref(p.Port, 0), ptr.Deref(p.AppProtocol, "")))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
-func clonePorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
-	if ports == nil {
-		return nil
-	}
-	out := make([]discoveryv1.EndpointPort, len(ports))
-	for i := range ports {
-		ports[i].DeepCopyInto(&out[i])
-	}
-	return out
 }
 
 // sliceUpToDate reports whether have already holds what want says: the

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -124,7 +125,7 @@ func TestDesiredSlices(t *testing.T) {
 		total := 0
 		seen := map[string]bool{}
 		for _, s := range got {
-			if len(s.Endpoints) > maxEndpointsPerSlice {
+			if len(s.Endpoints) > endpointgroup.MaxPerSlice {
 				t.Fatalf("%s holds %d endpoints", s.Name, len(s.Endpoints))
 			}
 			for _, a := range addresses(s) {

@@ -1,12 +1,13 @@
 package importer
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsd-io/mcsd/internal/conditiongauge"
 )
 
 // Metrics are the importer's Prometheus metrics.
@@ -14,13 +15,10 @@ type Metrics struct {
 	syncs           *prometheus.CounterVec
 	syncDuration    prometheus.Histogram
 	writes          *prometheus.CounterVec
-	conditions      *prometheus.GaugeVec
+	conditions      *conditiongauge.Gauge
 	liveClusters    prometheus.Gauge
 	brokerReachable prometheus.Gauge
 	dropped         *prometheus.CounterVec
-
-	mu    sync.Mutex
-	known map[[2]string][]string // ServiceImport -> condition types reported
 }
 
 // NewMetrics registers the importer's metrics on reg (nil: unregistered).
@@ -38,10 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "mcsd", Subsystem: "importer", Name: "local_writes_total",
 			Help: "Writes to the local cluster by kind (serviceimport, endpointslice) and operation.",
 		}, []string{"kind", "operation"}),
-		conditions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "mcsd", Name: "serviceimport_condition",
-			Help: "1 for the current status of each ServiceImport condition.",
-		}, []string{"namespace", "name", "condition", "status"}),
+		conditions: conditiongauge.New("serviceimport_condition", "1 for the current status of each ServiceImport condition."),
 		liveClusters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "live_clusters",
 			Help: "Clusters whose broker Lease was renewed within the TTL, this one included.",
@@ -54,10 +49,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "mcsd", Subsystem: "importer", Name: "cluster_dropped_total",
 			Help: "Times a cluster's endpoints were dropped because its broker Lease expired, by cluster.",
 		}, []string{"cluster"}),
-		known: map[[2]string][]string{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncDuration, m.writes, m.conditions, m.liveClusters, m.brokerReachable, m.dropped)
+		reg.MustRegister(m.syncs, m.syncDuration, m.writes, m.conditions.Collector(), m.liveClusters, m.brokerReachable, m.dropped)
 	}
 	return m
 }
@@ -89,33 +83,8 @@ func (m *Metrics) setBrokerReachable(ok bool) {
 func (m *Metrics) clusterDropped(cluster string) { m.dropped.WithLabelValues(cluster).Inc() }
 
 func (m *Metrics) setCondition(namespace, name string, c metav1.Condition) {
-	for _, st := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
-		v := 0.0
-		if c.Status == st {
-			v = 1
-		}
-		m.conditions.WithLabelValues(namespace, name, c.Type, string(st)).Set(v)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := [2]string{namespace, name}
-	for _, t := range m.known[key] {
-		if t == c.Type {
-			return
-		}
-	}
-	m.known[key] = append(m.known[key], c.Type)
+	m.conditions.Set(namespace, name, c)
 }
 
-// forget drops the gauges of a ServiceImport that is gone.
-func (m *Metrics) forget(namespace, name string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := [2]string{namespace, name}
-	for _, t := range m.known[key] {
-		for _, st := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
-			m.conditions.DeleteLabelValues(namespace, name, t, string(st))
-		}
-	}
-	delete(m.known, key)
-}
+// forget drops the condition gauges of an object that is gone.
+func (m *Metrics) forget(namespace, name string) { m.conditions.Forget(namespace, name) }

@@ -131,6 +131,9 @@ func (c *controllers) run(ctx context.Context) error {
 		Duration:  c.o.leaseDuration,
 		Interval:  c.o.leaseDuration / 5,
 		OnRenew: func(err error) {
+			if c.exporterMetrics != nil {
+				c.exporterMetrics.ObserveLeaseRenewal(err)
+			}
 			if exp != nil {
 				exp.ObserveBroker(err)
 			}
