@@ -18,60 +18,11 @@ import (
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/nsenter"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
-
-// nsNFT is a knftables.Interface whose every call runs on a thread switched
-// into a network namespace: the nft processes it starts inherit the
-// namespace, so the table it programs is that namespace's.
-type nsNFT struct {
-	ns *netns.NS
-	knftables.Interface
-}
-
-func newNSNFT(ns *netns.NS, family knftables.Family) (*nsNFT, error) {
-	n := &nsNFT{ns: ns}
-	err := ns.Do(func() (err error) {
-		n.Interface, err = knftables.New(family, TableName)
-		return err
-	})
-	return n, err
-}
-
-func (n *nsNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	return n.ns.Do(func() error { return n.Interface.Run(ctx, tx) })
-}
-
-func (n *nsNFT) Check(ctx context.Context, tx *knftables.Transaction) error {
-	return n.ns.Do(func() error { return n.Interface.Check(ctx, tx) })
-}
-
-func (n *nsNFT) ListAll(ctx context.Context) (result map[string][]string, err error) {
-	err = n.ns.Do(func() error { result, err = n.Interface.ListAll(ctx); return err })
-	return result, err
-}
-
-func (n *nsNFT) List(ctx context.Context, objectType string) (result []string, err error) {
-	err = n.ns.Do(func() error { result, err = n.Interface.List(ctx, objectType); return err })
-	return result, err
-}
-
-func (n *nsNFT) ListRules(ctx context.Context, chain string) (result []*knftables.Rule, err error) {
-	err = n.ns.Do(func() error { result, err = n.Interface.ListRules(ctx, chain); return err })
-	return result, err
-}
-
-func (n *nsNFT) ListElements(ctx context.Context, objectType, name string) (result []*knftables.Element, err error) {
-	err = n.ns.Do(func() error { result, err = n.Interface.ListElements(ctx, objectType, name); return err })
-	return result, err
-}
-
-func (n *nsNFT) ListCounters(ctx context.Context) (result []*knftables.Counter, err error) {
-	err = n.ns.Do(func() error { result, err = n.Interface.ListCounters(ctx); return err })
-	return result, err
-}
 
 // newNamespace creates a namespace named with this process's prefix and
 // deletes it when the test ends.
@@ -236,7 +187,7 @@ type kernelWorld struct {
 	client, external *pod
 	e1, e2, w1, w2   *pod
 	proxier          *DualStack
-	nft4, nft6       *nsNFT
+	nft4, nft6       *nsenter.NFTables
 	podsByName       map[string]*pod
 }
 
@@ -255,10 +206,10 @@ func newKernelWorld(t *testing.T, edit ...func(*Config)) *kernelWorld {
 	}
 
 	var err error
-	if w.nft4, err = newNSNFT(w.node, knftables.IPv4Family); err != nil {
+	if w.nft4, err = nsenter.NewNFTables(netns.Path(w.node.Name), knftables.IPv4Family, TableName); err != nil {
 		t.Fatal(err)
 	}
-	if w.nft6, err = newNSNFT(w.node, knftables.IPv6Family); err != nil {
+	if w.nft6, err = nsenter.NewNFTables(netns.Path(w.node.Name), knftables.IPv6Family, TableName); err != nil {
 		t.Fatal(err)
 	}
 	var ct Conntrack
