@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 
 	"sigs.k8s.io/knftables"
 )
@@ -10,20 +11,28 @@ import (
 // wrote, judged by one base chain: someone who flushed or deleted the table
 // (an operator, a firewall reload) took its jump to the services chain with
 // it. Partial syncs trust the state kept in memory and would never notice,
-// so once per sync period the proxier looks at that one chain — a listing
-// whose cost does not grow with the number of services — and rewrites the
-// whole table when it is gone.
+// so once per sync period the proxier looks at that one chain (through a
+// RuleCounter, a netlink dump of the chain alone, on a real host) and
+// rewrites the whole table when it is gone.
 func (p *Proxier) tableIntact() bool {
-	rules, err := p.nft.ListRules(context.Background(), natPreroutingChain)
+	var n int
+	var err error
+	if p.ruleCounter != nil {
+		n, err = p.ruleCounter.CountRules(p.family, natPreroutingChain)
+	} else {
+		var rules []*knftables.Rule
+		rules, err = p.nft.ListRules(context.Background(), natPreroutingChain)
+		n = len(rules)
+	}
 	switch {
-	case knftables.IsNotFound(err):
+	case knftables.IsNotFound(err), errors.Is(err, ErrNotFound):
 		p.logger.Info("The nftables table or its base chain was deleted behind the proxier's back; rewriting it", "chain", natPreroutingChain)
 		return false
 	case err != nil:
 		// nft itself failing is reported by the next transaction.
 		p.logger.V(2).Info("Could not check the nftables table", "err", err)
 		return true
-	case len(rules) == 0:
+	case n == 0:
 		p.logger.Info("The nftables table was flushed behind the proxier's back; rewriting it", "chain", natPreroutingChain)
 		return false
 	}

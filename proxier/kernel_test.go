@@ -524,6 +524,33 @@ func TestKernel(t *testing.T) {
 			t.Errorf("after the resync connections went to %v", counts)
 		}
 	})
+	t.Run("the netlink RuleCounter sees the base chain, a flush and a deleted table", func(t *testing.T) {
+		var counter RuleCounter
+		if err := w.node.Do(func() (err error) { counter, err = NewNetlinkRuleCounter(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := counter.CountRules(v1.IPv4Protocol, natPreroutingChain); err != nil || n == 0 {
+			t.Fatalf("programmed table: %d rules, %v", n, err)
+		}
+		if _, err := w.node.Exec("nft", "flush", "chain", "ip", TableName, natPreroutingChain); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := counter.CountRules(v1.IPv4Protocol, natPreroutingChain); err != nil || n != 0 {
+			t.Fatalf("flushed chain: %d rules, %v", n, err)
+		}
+		if _, err := w.node.Exec("nft", "delete", "table", "ip", TableName); err != nil {
+			t.Fatal(err)
+		}
+		// The kernel answers a dump of a missing table with nothing.
+		if n, err := counter.CountRules(v1.IPv4Protocol, natPreroutingChain); n != 0 || (err != nil && !errors.Is(err, ErrNotFound)) {
+			t.Errorf("deleted table: %d rules, %v; want none", n, err)
+		}
+		p := w.proxier.IPv4()
+		p.mu.Lock()
+		p.needFullSync = true
+		p.mu.Unlock()
+		w.sync(t)
+	})
 	t.Run("removing an import with affinity deletes its chains and sets", func(t *testing.T) {
 		w.proxier.OnServiceImportDelete(imports[2])
 		w.sync(t)

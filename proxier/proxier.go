@@ -53,6 +53,12 @@ type Config struct {
 	// Conntrack deletes stale UDP conntrack entries. Nil means
 	// [NewConntrack] in the calling thread's network namespace.
 	Conntrack Conntrack
+	// RuleCounter is how the proxier checks, once per sync period, that
+	// its table was not flushed or deleted behind its back. Nil means
+	// listing one base chain through NFTables, which is right for
+	// knftables.NewFake but costs as much as the whole table with nft 1.0.x;
+	// on a real host pass [NewNetlinkRuleCounter].
+	RuleCounter RuleCounter
 
 	// MasqueradeMark is the single mark bit that flags packets for
 	// masquerading between the nat hooks. Zero means
@@ -161,6 +167,7 @@ type Proxier struct {
 	// behind the proxier's back (see tableIntact).
 	syncPeriod     time.Duration
 	lastTableCheck time.Time
+	ruleCounter    RuleCounter
 }
 
 var _ Provider = (*Proxier)(nil)
@@ -241,6 +248,7 @@ func New(cfg Config) (*Proxier, error) {
 		tracker:        newChangeTracker(cfg.IPFamily, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
 		syncPeriod:     syncPeriod,
+		ruleCounter:    cfg.RuleCounter,
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},

@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -595,6 +596,32 @@ func TestFullSync(t *testing.T) {
 			t.Errorf("%d list calls for a periodic sync of an intact table, want 1", n)
 		}
 	})
+	t.Run("a RuleCounter, when given, is asked instead of listing the chain", func(t *testing.T) {
+		counter := &fakeRuleCounter{rules: 1}
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.RuleCounter = counter })
+		f.start(append(webSlices(), webImport())...)
+		lists := f.nft.listCalls()
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		if counter.asked != 1 || f.nft.listCalls() != lists {
+			t.Fatalf("counter asked %d times and %d nft listings: want 1 and 0", counter.asked, f.nft.listCalls()-lists)
+		}
+		f.nft.Lock()
+		for _, c := range f.nft.Table.Chains {
+			c.Rules = nil
+		}
+		f.nft.Unlock()
+		counter.rules = 0
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		f.assertGolden("basic")
+		counter.err = fmt.Errorf("chain gone: %w", ErrNotFound)
+		f.clock.Step(DefaultSyncPeriod)
+		f.sync()
+		if counter.asked != 3 || f.p.needFullSync {
+			t.Fatalf("counter asked %d times; a missing chain must trigger a full sync at once", counter.asked)
+		}
+	})
 	t.Run("a table deleted by hand is rewritten at the next periodic sync", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
@@ -765,4 +792,15 @@ func TestDualStack(t *testing.T) {
 			t.Errorf("sync duration has %d series, want one per family", len(mf.GetMetric()))
 		}
 	}
+}
+
+// fakeRuleCounter says the base chain has rules (or is gone) as told.
+type fakeRuleCounter struct {
+	rules, asked int
+	err          error
+}
+
+func (c *fakeRuleCounter) CountRules(v1.IPFamily, string) (int, error) {
+	c.asked++
+	return c.rules, c.err
 }

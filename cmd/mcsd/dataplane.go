@@ -74,8 +74,12 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 func newProxier(o *options, clusterID string, reg prometheus.Registerer) (proxier.Provider, *proxier.Health, error) {
 	health := proxier.NewHealth(o.healthTimeout, nil)
 	var conntrack proxier.Conntrack
+	var counter proxier.RuleCounter
 	if err := nsenter.Do(o.netns, func() (err error) {
-		conntrack, err = proxier.NewConntrack()
+		if conntrack, err = proxier.NewConntrack(); err != nil {
+			return err
+		}
+		counter, err = proxier.NewNetlinkRuleCounter()
 		return err
 	}); err != nil {
 		return nil, nil, fmt.Errorf("proxier: %w", err)
@@ -84,6 +88,7 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer) (proxie
 		ClusterID:          clusterID,
 		NodeName:           o.nodeName,
 		Conntrack:          conntrack,
+		RuleCounter:        counter,
 		MasqueradeMark:     o.masqMark,
 		MasqueradeAll:      o.masqAll,
 		PodCIDRs:           o.podCIDRs,
