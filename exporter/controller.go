@@ -43,6 +43,13 @@ type Config struct {
 	LocalMCS  mcsclient.Interface
 	Broker    kubernetes.Interface
 	BrokerMCS mcsclient.Interface
+	// BrokerWatch and BrokerWatchMCS, when set, are the broker clients the
+	// informers use (Broker and BrokerMCS otherwise). The daemon passes
+	// clients whose new connections wait while its heartbeat cannot reach
+	// the broker (internal/dialgate), so the informers resume as soon as
+	// the broker answers again instead of after client-go's retry backoff.
+	BrokerWatch    kubernetes.Interface
+	BrokerWatchMCS mcsclient.Interface
 
 	// ClusterSetIPs is the default for exports without the
 	// AnnotationClusterSetIP annotation.
@@ -90,6 +97,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ClusterID == "" || cfg.BrokerNamespace == "" {
 		return nil, fmt.Errorf("exporter: cluster ID and broker namespace are required")
 	}
+	if cfg.BrokerWatch == nil {
+		cfg.BrokerWatch = cfg.Broker
+	}
+	if cfg.BrokerWatchMCS == nil {
+		cfg.BrokerWatchMCS = cfg.BrokerMCS
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
@@ -119,10 +132,10 @@ func New(cfg Config) (*Controller, error) {
 	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
 	// On the broker: every cluster's records (for the merge and VIPs), and
 	// only this cluster's slices (to update them in place).
-	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerMCS, cfg.ResyncPeriod,
+	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
 		mcsinformers.WithNamespace(cfg.BrokerNamespace),
 		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.LabelServiceNamespace }))
-	c.brokerKube = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+	c.brokerKube = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
 		informers.WithNamespace(cfg.BrokerNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = record.ClusterSelector(cfg.ClusterID).String()

@@ -50,6 +50,13 @@ type Config struct {
 	LocalMCS  mcsclient.Interface
 	Broker    kubernetes.Interface
 	BrokerMCS mcsclient.Interface
+	// BrokerWatch and BrokerWatchMCS, when set, are the broker clients the
+	// informers use (Broker and BrokerMCS otherwise). The daemon passes
+	// clients whose new connections wait while its heartbeat cannot reach
+	// the broker (internal/dialgate), so the informers resume as soon as
+	// the broker answers again instead of after client-go's retry backoff.
+	BrokerWatch    kubernetes.Interface
+	BrokerWatchMCS mcsclient.Interface
 
 	// ClusterTTL: a cluster whose broker Lease has not been renewed for
 	// this long is gone (default 10 s).
@@ -121,6 +128,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ClusterTTL <= 0 {
 		cfg.ClusterTTL = 10 * time.Second
 	}
+	if cfg.BrokerWatch == nil {
+		cfg.BrokerWatch = cfg.Broker
+	}
+	if cfg.BrokerWatchMCS == nil {
+		cfg.BrokerWatchMCS = cfg.BrokerMCS
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
@@ -165,13 +178,13 @@ func New(cfg Config) (*Controller, error) {
 	}
 	// Broker: every cluster's records, slices and heartbeats, each kind
 	// selected by the labels its writer puts on it.
-	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerMCS, cfg.ResyncPeriod,
+	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
 		mcsinformers.WithNamespace(cfg.BrokerNamespace),
 		mcsinformers.WithTweakListOptions(inBroker(record.LabelServiceNamespace)))
-	c.brokerSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+	c.brokerSlices = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
 		informers.WithNamespace(cfg.BrokerNamespace),
 		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String()+","+record.LabelServiceNamespace)))
-	c.brokerLeases = informers.NewSharedInformerFactoryWithOptions(cfg.Broker, cfg.ResyncPeriod,
+	c.brokerLeases = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
 		informers.WithNamespace(cfg.BrokerNamespace),
 		informers.WithTweakListOptions(inBroker(record.LabelSourceCluster)))
 	// Local: namespaces (a service is imported where its namespace

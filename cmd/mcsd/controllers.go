@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/exporter"
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/dialgate"
 	"github.com/mcsd-io/mcsd/internal/events"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
@@ -61,6 +64,17 @@ func (c *controllers) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("broker clients: %w", err)
 	}
+	// The informers' connections wait at a gate the heartbeat opens and
+	// closes: after a broker outage they resume with the heartbeat's first
+	// success, not after client-go's retry backoff.
+	gate := dialgate.New()
+	watchCfg := rest.CopyConfig(brokerCfg)
+	var dialer net.Dialer
+	watchCfg.Dial = gate.Dial(dialer.DialContext)
+	brokerWatch, err := newClients(watchCfg, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("broker clients: %w", err)
+	}
 	if err := clusterid.NewResolver(c.local.kube, c.local.dynamic).Join(ctx, c.o.clusterSet); err != nil {
 		return fmt.Errorf("--clusterset: %w", err)
 	}
@@ -82,6 +96,8 @@ func (c *controllers) run(ctx context.Context) error {
 			LocalMCS:        c.local.mcs,
 			Broker:          brokerClients.kube,
 			BrokerMCS:       brokerClients.mcs,
+			BrokerWatch:     brokerWatch.kube,
+			BrokerWatchMCS:  brokerWatch.mcs,
 			ClusterSetIPs:   c.o.clusterSetIPs,
 			Allocators:      allocators,
 			Recorder:        recorder,
@@ -106,6 +122,8 @@ func (c *controllers) run(ctx context.Context) error {
 			LocalMCS:        c.local.mcs,
 			Broker:          brokerClients.kube,
 			BrokerMCS:       brokerClients.mcs,
+			BrokerWatch:     brokerWatch.kube,
+			BrokerWatchMCS:  brokerWatch.mcs,
 			ClusterTTL:      c.o.clusterTTL,
 			Recorder:        recorder,
 			Metrics:         c.importerMetrics,
@@ -131,6 +149,7 @@ func (c *controllers) run(ctx context.Context) error {
 		Duration:  c.o.leaseDuration,
 		Interval:  c.o.leaseDuration / 5,
 		OnRenew: func(err error) {
+			gate.Observe(err)
 			if c.exporterMetrics != nil {
 				c.exporterMetrics.ObserveLeaseRenewal(err)
 			}

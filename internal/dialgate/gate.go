@@ -1,0 +1,77 @@
+// Package dialgate holds back new connections to a server that is known to
+// be down, until it is known to be up again. mcsd's broker informers dial
+// through a gate that the heartbeat opens and closes: while the broker is
+// down their reconnects wait at the gate instead of failing, so client-go's
+// reflectors do not grow their retry backoff (up to a minute with jitter)
+// and relist as soon as the heartbeat reaches the broker again. Connections
+// already open are left alone; only new dials wait.
+package dialgate
+
+import (
+	"context"
+	"net"
+	"sync"
+)
+
+// DialFunc dials like net.Dialer.DialContext.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Gate is open or closed; it starts open.
+type Gate struct {
+	mu sync.Mutex
+	// open is closed while the gate is open; a closed gate has a fresh,
+	// open channel that dials wait on.
+	open chan struct{}
+}
+
+// New returns an open gate.
+func New() *Gate {
+	g := &Gate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+// Observe opens the gate when the server answered (err is nil) and closes
+// it when it did not.
+func (g *Gate) Observe(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open: // open
+		if err != nil {
+			g.open = make(chan struct{})
+		}
+	default: // closed
+		if err == nil {
+			close(g.open)
+		}
+	}
+}
+
+// Open reports whether the gate is open.
+func (g *Gate) Open() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		return true
+	default:
+		return false
+	}
+}
+
+// Dial wraps dial: each new connection first waits until the gate is open
+// or ctx ends.
+func (g *Gate) Dial(dial DialFunc) DialFunc {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		g.mu.Lock()
+		open := g.open
+		g.mu.Unlock()
+		select {
+		case <-open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return dial(ctx, network, address)
+	}
+}
