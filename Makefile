@@ -40,14 +40,14 @@ harness-binaries:
 test: verify harness-binaries coredns fuzz
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-# The DNS server's request path against random queries for FUZZ_TIME; an
-# input that fails is kept under dns/testdata/fuzz/ and replayed by go test.
 # The pinned CoreDNS: cluster1's own DNS in the e2e tests and the peer of
 # bench-dns. Built here, before the tests, so its first build does not eat
 # into a test binary's timeout.
 coredns:
 	bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns >/dev/null
 
+# The DNS server's request path against random queries for FUZZ_TIME; an
+# input that fails is kept under dns/testdata/fuzz/ and replayed by go test.
 .PHONY: fuzz
 fuzz:
 	$(GO) test ./dns -run '^$$' -fuzz FuzzServeDNS -fuzztime $(FUZZ_TIME)
