@@ -10,7 +10,7 @@ import (
 )
 
 // The query mix, and what the MCS DNS specification
-// (/work/shared/specs/mcs-dns-spec.md, sections cited by number) says each
+// (the MCS DNS specification, sections cited by number) says each
 // kind of query must get, computed from the dataset.
 
 // expectation is what a conforming answer looks like: one of the rcodes,
