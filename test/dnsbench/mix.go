@@ -9,9 +9,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The query mix, and what the MCS DNS specification
-// (the MCS DNS specification, sections cited by number) says each
-// kind of query must get, computed from the dataset.
+// The query mix, and what the MCS DNS specification (sections cited by
+// number) says each kind of query must get, computed from the dataset.
 
 // expectation is what a conforming answer looks like: one of the rcodes,
 // every required record, and no record that is neither required nor
