@@ -18,7 +18,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -100,13 +99,7 @@ func BenchmarkExportToImport(b *testing.B) {
 			}
 		}
 		for i := range services {
-			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("svc-%03d", i)},
-				Spec: corev1.ServiceSpec{
-					Selector: map[string]string{"app": "none"},
-					Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-				},
-			}
+			svc := fixture.WebService(ns, fmt.Sprintf("svc-%03d", i), "none")
 			if _, err := c1.Kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}

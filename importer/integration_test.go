@@ -74,13 +74,7 @@ func (e *env) namespace(name string, in ...*fixture.Member) {
 // pod behind it; it returns the pod's IP.
 func (e *env) service(m *fixture.Member, ns, name string, withPod bool, mutate func(*corev1.Service)) string {
 	e.t.Helper()
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": name},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
+	svc := fixture.WebService(ns, name, name)
 	if mutate != nil {
 		mutate(svc)
 	}

@@ -15,7 +15,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -58,13 +57,7 @@ func newFaultSite(t *testing.T) *faultSite {
 		if _, err := node.AddPod(ctx, harness.PodSpec{Namespace: faultNamespace, Name: "web-" + m.ID, Labels: map[string]string{"app": "web"}}); err != nil {
 			t.Fatal(err)
 		}
-		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "web"},
-			Spec: corev1.ServiceSpec{
-				Selector: map[string]string{"app": "web"},
-				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-			},
-		}
+		svc := fixture.WebService(faultNamespace, "web", "web")
 		if _, err := m.Kube.CoreV1().Services(faultNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -303,13 +296,7 @@ func TestFaults(t *testing.T) {
 			}
 		}()
 		// A change the broker cannot hear of yet.
-		late := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: faultNamespace, Name: "late"},
-			Spec: corev1.ServiceSpec{
-				Selector: map[string]string{"app": "web"},
-				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-			},
-		}
+		late := fixture.WebService(faultNamespace, "late", "web")
 		if _, err := c2.Kube.CoreV1().Services(faultNamespace).Create(s.ctx, late, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

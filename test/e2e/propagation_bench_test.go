@@ -13,7 +13,6 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -62,13 +61,7 @@ func BenchmarkExportToReachable(b *testing.B) {
 		resolved, reachable = resolved[:0], reachable[:0]
 		for i := range n {
 			name := fmt.Sprintf("svc-%d-%d", time.Now().UnixNano()%1e6, i)
-			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-				Spec: corev1.ServiceSpec{
-					Selector: map[string]string{"app": "backend"},
-					Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-				},
-			}
+			svc := fixture.WebService("bench", name, "backend")
 			if _, err := c2.Kube.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}

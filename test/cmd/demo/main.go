@@ -23,7 +23,6 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -107,13 +106,7 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: appName},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": appName},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
+	svc := fixture.WebService(appNamespace, appName, appName)
 	for _, m := range members {
 		if _, err := m.Kube.CoreV1().Services(appNamespace).Create(ctx, svc.DeepCopy(), metav1.CreateOptions{}); err != nil {
 			return err
