@@ -39,6 +39,9 @@ type Index struct {
 	nsCount    map[string]int
 	ptrOwners  map[netip.Addr][]ptrTarget
 	logger     klog.Logger
+	// gate, when set, holds back ClusterSetIPs the node's data plane does
+	// not carry yet (see GateVIPs).
+	gate *vipGate
 }
 
 // NewIndex returns an empty Index that is not synced yet. Feed it with Run.
@@ -58,7 +61,7 @@ func NewIndex(logger klog.Logger) *Index {
 
 // Synced says whether the Index holds every ServiceImport and EndpointSlice
 // the informers listed at start. Until then the server answers SERVFAIL.
-func (x *Index) Synced() bool { return x.synced.Load() }
+func (x *Index) Synced() bool { return x.synced.Load() && (x.gate == nil || x.gate.ready.Load()) }
 
 // Size is the number of ServiceImports and of ready endpoint addresses held.
 func (x *Index) Size() (services, endpoints int) {
@@ -111,6 +114,9 @@ type service struct {
 	hostIndex map[hostKey]int
 	// clusters that have host names.
 	clusters map[string]bool
+	// pending is set on a ClusterSetIP service whose ClusterSetIPs the
+	// data plane does not carry yet: its name does not exist until then.
+	pending bool
 }
 
 type servicePort struct {
@@ -133,7 +139,12 @@ type host struct {
 
 // exists says whether the service's name exists in DNS: a headless service
 // without ready endpoints does not (NXDOMAIN, as the spec says).
-func (s *service) exists() bool { return !s.headless || len(s.endpoints) > 0 }
+func (s *service) exists() bool {
+	if s.headless {
+		return len(s.endpoints) > 0
+	}
+	return !s.pending
+}
 
 // port returns the named port with that name and protocol.
 func (s *service) port(name, proto string) (servicePort, bool) {
@@ -296,13 +307,21 @@ func newSliceState(es *discoveryv1.EndpointSlice, cluster string, logger klog.Lo
 
 // buildService makes the entry of a service from its ServiceImport and
 // slices. It is a pure function of its arguments.
-func buildService(key serviceKey, imp *importState, slicesByName map[string]*sliceState) *service {
+//
+// carried says which ClusterSetIPs may be handed out (nil: all of them). A
+// ClusterSetIP service with ClusterSetIPs none of which is carried is
+// pending.
+func buildService(key serviceKey, imp *importState, slicesByName map[string]*sliceState, carried func(netip.Addr) bool) *service {
 	s := &service{
 		namespace: key.namespace,
 		name:      key.name,
 		headless:  imp.headless,
 		vips:      imp.vips,
 		ports:     imp.ports,
+	}
+	if carried != nil && len(imp.vips) > 0 {
+		s.vips = slices.DeleteFunc(slices.Clone(imp.vips), func(a netip.Addr) bool { return !carried(a) })
+		s.pending = len(s.vips) == 0
 	}
 	names := make([]string, 0, len(slicesByName))
 	for n := range slicesByName {
@@ -388,7 +407,11 @@ func (x *Index) setImport(si *mcsv1beta1.ServiceImport) {
 		x.nServices.Add(1)
 		x.logger.V(2).Info("Serving DNS records of a ServiceImport", "serviceImport", klog.KObj(si), "type", si.Spec.Type, "ips", si.Spec.IPs)
 	}
+	if old := x.imports[key]; old != nil {
+		x.gate.release(key, old.vips)
+	}
 	x.imports[key] = st
+	x.gate.claim(key, st.vips)
 	x.publish(key)
 }
 
@@ -398,9 +421,11 @@ func (x *Index) deleteImport(namespace, name string) {
 	key := serviceKey{namespace, name}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if _, ok := x.imports[key]; !ok {
+	old, ok := x.imports[key]
+	if !ok {
 		return
 	}
+	x.gate.release(key, old.vips)
 	delete(x.imports, key)
 	x.nServices.Add(-1)
 	x.logger.V(2).Info("No longer serving DNS records of a deleted ServiceImport", "serviceImport", klog.KRef(namespace, name))
@@ -462,7 +487,11 @@ func (x *Index) publish(key serviceKey) {
 	old, _ := x.services.load(key)
 	var cur *service
 	if imp := x.imports[key]; imp != nil {
-		cur = buildService(key, imp, x.slices[key])
+		var carried func(netip.Addr) bool
+		if x.gate != nil {
+			carried = x.gate.carries
+		}
+		cur = buildService(key, imp, x.slices[key], carried)
 		x.services.store(key, cur)
 	} else if old != nil {
 		x.services.delete(key)

@@ -91,6 +91,12 @@ type Config struct {
 	// DefaultFullSyncPeriod). Other syncs rewrite only what changed.
 	FullSyncPeriod time.Duration
 
+	// VIPObserver is told, after each sync that committed rules, which
+	// ClusterSetIPs the table now carries and which it no longer carries;
+	// nil means nobody. A DNS server that hands out only carried
+	// ClusterSetIPs never hands out one that does not route yet.
+	VIPObserver VIPObserver
+
 	// Registerer receives the proxier's metrics; nil means none. Both
 	// proxiers of a dual-stack pair may use the same one.
 	Registerer prometheus.Registerer
@@ -98,6 +104,15 @@ type Config struct {
 	Health HealthRecorder
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
+}
+
+// VIPObserver learns which ClusterSetIPs a proxier's committed rules carry.
+// VIPsProgrammed is called from the sync loop, after the transaction that
+// made the change has been committed, and once after the first full sync
+// even if it carried nothing; it must not block or call back into the
+// proxier.
+type VIPObserver interface {
+	VIPsProgrammed(family v1.IPFamily, added, removed []netip.Addr)
 }
 
 // Provider is what an embedder drives: the event handlers of its informers
@@ -168,6 +183,11 @@ type Proxier struct {
 	syncPeriod     time.Duration
 	lastTableCheck time.Time
 	ruleCounter    RuleCounter
+	// carried counts the committed services of each ClusterSetIP (more
+	// than one only while imports conflict), for vipObserver.
+	carried      map[string]int
+	vipObserver  VIPObserver
+	vipsReported bool
 }
 
 var _ Provider = (*Proxier)(nil)
@@ -249,6 +269,8 @@ func New(cfg Config) (*Proxier, error) {
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
 		syncPeriod:     syncPeriod,
 		ruleCounter:    cfg.RuleCounter,
+		carried:        map[string]int{},
+		vipObserver:    cfg.VIPObserver,
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},

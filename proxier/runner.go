@@ -7,11 +7,17 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// runner calls fn when asked, but never more often than minInterval, at
-// least every maxInterval, and sooner than that after a failure (backing off
-// from minInterval up to maxInterval while failures go on). It is
-// kube-proxy's bounded-frequency runner, driven by a clock so that tests
-// control time.
+// burstSyncs is how many syncs may run back to back before minInterval
+// applies: a change that arrives alone, right after a sync, is applied at
+// once instead of a whole minInterval later (kube-proxy's runner allows the
+// same burst).
+const burstSyncs = 2
+
+// runner calls fn when asked, at most burstSyncs times in a row and then no
+// more often than once per minInterval (a token bucket), at least every
+// maxInterval, and sooner than that after a failure (backing off from
+// minInterval up to maxInterval while failures go on). It is kube-proxy's
+// bounded-frequency runner, driven by a clock so that tests control time.
 type runner struct {
 	fn          func() error
 	minInterval time.Duration
@@ -36,7 +42,8 @@ func (r *runner) Run() {
 func (r *runner) Loop(ctx context.Context) {
 	timer := r.clock.NewTimer(r.maxInterval)
 	defer timer.Stop()
-	var last time.Time
+	tokens := float64(burstSyncs)
+	var last time.Time // when tokens was last counted
 	retry := time.Duration(0)
 	for {
 		select {
@@ -46,20 +53,24 @@ func (r *runner) Loop(ctx context.Context) {
 		case <-r.signal:
 		}
 		if !last.IsZero() {
-			if wait := r.minInterval - r.clock.Since(last); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-r.clock.After(wait):
-				}
-			}
+			tokens = min(float64(burstSyncs), tokens+float64(r.clock.Since(last))/float64(r.minInterval))
 		}
+		last = r.clock.Now()
+		if tokens < 1 {
+			wait := time.Duration((1 - tokens) * float64(r.minInterval))
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.clock.After(wait):
+			}
+			tokens, last = 1, r.clock.Now()
+		}
+		tokens--
 		// This call covers any request made while waiting.
 		select {
 		case <-r.signal:
 		default:
 		}
-		last = r.clock.Now()
 		next := r.maxInterval
 		if err := r.fn(); err != nil {
 			retry = max(min(2*retry, r.maxInterval), r.minInterval, time.Second)

@@ -118,12 +118,15 @@ func (p *Proxier) syncProxyRules() error {
 	}
 
 	stale := p.staleUDPFlows(names, renders)
+	touchedVIPs := map[string]bool{}
 	for _, name := range names {
+		p.uncarry(p.committed[name], touchedVIPs)
 		if r := renders[name]; r != nil {
 			p.committed[name] = r
 		} else {
 			delete(p.committed, name)
 		}
+		p.carry(renders[name], touchedVIPs)
 	}
 	if full {
 		p.needFullSync = false
@@ -161,6 +164,7 @@ func (p *Proxier) syncProxyRules() error {
 		}
 	}
 	p.synced()
+	p.reportVIPs(touchedVIPs)
 	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
 		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
 	return nil

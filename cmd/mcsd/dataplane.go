@@ -60,7 +60,14 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 		dp.dnsServer = srv
 	}
 	if o.runs(componentProxier) {
-		provider, health, err := newProxier(o, clusterID, reg)
+		var observer proxier.VIPObserver
+		if dp.dnsIndex != nil {
+			// Resolvable means reachable: DNS hands out a ClusterSetIP
+			// only once this node's proxier carries it.
+			dp.dnsIndex.GateVIPs(o.ipFamilies...)
+			observer = dp.dnsIndex
+		}
+		provider, health, err := newProxier(o, clusterID, reg, observer)
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +78,7 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 
 // newProxier builds one proxier per IP family, programming nftables (and
 // clearing conntrack entries) in the --netns namespace.
-func newProxier(o *options, clusterID string, reg prometheus.Registerer) (proxier.Provider, *proxier.Health, error) {
+func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver) (proxier.Provider, *proxier.Health, error) {
 	health := proxier.NewHealth(o.healthTimeout, nil)
 	var conntrack proxier.Conntrack
 	var counter proxier.RuleCounter
@@ -98,6 +105,7 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer) (proxie
 		FullSyncPeriod:     o.fullSync,
 		Registerer:         reg,
 		Health:             health,
+		VIPObserver:        observer,
 	}
 	tables := map[corev1.IPFamily]knftables.Interface{}
 	for _, family := range o.ipFamilies {

@@ -1,0 +1,89 @@
+package proxier
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// vipRecorder is a VIPObserver that keeps what it was told.
+type vipRecorder struct {
+	mu      sync.Mutex
+	reports int
+	carried map[netip.Addr]bool
+}
+
+func (r *vipRecorder) VIPsProgrammed(_ v1.IPFamily, added, removed []netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reports++
+	for _, a := range removed {
+		delete(r.carried, a)
+	}
+	for _, a := range added {
+		r.carried[a] = true
+	}
+}
+
+func (r *vipRecorder) state() (int, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for a := range r.carried {
+		out = append(out, a.String())
+	}
+	slices.Sort(out)
+	return r.reports, out
+}
+
+func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
+	rec := &vipRecorder{carried: map[netip.Addr]bool{}}
+	f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.VIPObserver = rec })
+
+	f.start()
+	if n, carried := rec.state(); n != 1 || len(carried) != 0 {
+		t.Fatalf("after a first sync with nothing: %d reports, carried %v; want one report of nothing", n, carried)
+	}
+
+	f.add(webImport())
+	if _, carried := rec.state(); len(carried) != 0 {
+		t.Fatalf("carried %v before any sync committed it", carried)
+	}
+	f.sync()
+	if _, carried := rec.state(); !slices.Equal(carried, []string{vip}) {
+		t.Fatalf("after the sync: carried %v, want [%s]", carried, vip)
+	}
+
+	// A sync that changes nothing reports nothing.
+	n, _ := rec.state()
+	f.sync()
+	if m, _ := rec.state(); m != n {
+		t.Errorf("a sync without changes reported to the observer")
+	}
+
+	// A failed transaction commits nothing, so nothing is reported.
+	other := newImport("other", []string{"243.1.0.20"}, nil)
+	f.add(other)
+	failing := &failingNFT{Interface: f.nft, fail: true}
+	f.p.nft = failing
+	if err := f.p.syncProxyRules(); err == nil {
+		t.Fatal("the sync did not fail")
+	}
+	failing.fail = false
+	if _, carried := rec.state(); slices.Contains(carried, "243.1.0.20") {
+		t.Fatalf("a ClusterSetIP whose transaction failed is reported carried")
+	}
+	f.sync()
+	if _, carried := rec.state(); !slices.Equal(carried, []string{vip, "243.1.0.20"}) {
+		t.Fatalf("after the retry: carried %v", carried)
+	}
+
+	f.p.OnServiceImportDelete(webImport())
+	f.sync()
+	if _, carried := rec.state(); !slices.Equal(carried, []string{"243.1.0.20"}) {
+		t.Errorf("after the import went: carried %v, want only 243.1.0.20", carried)
+	}
+}
