@@ -5,8 +5,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // vipRecorder is a VIPObserver that keeps what it was told.
@@ -48,13 +50,17 @@ func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
 		t.Fatalf("after a first sync with nothing: %d reports, carried %v; want one report of nothing", n, carried)
 	}
 
+	// The ServiceImport alone: its rules are committed, but its endpoints
+	// are not known yet, so it is not reported carried.
 	f.add(webImport())
+	f.sync()
 	if _, carried := rec.state(); len(carried) != 0 {
-		t.Fatalf("carried %v before any sync committed it", carried)
+		t.Fatalf("carried %v before the service's EndpointSlices arrived", carried)
 	}
+	f.add(webSlices()...)
 	f.sync()
 	if _, carried := rec.state(); !slices.Equal(carried, []string{vip}) {
-		t.Fatalf("after the sync: carried %v, want [%s]", carried, vip)
+		t.Fatalf("after its slices were synced: carried %v, want [%s]", carried, vip)
 	}
 
 	// A sync that changes nothing reports nothing.
@@ -65,8 +71,8 @@ func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
 	}
 
 	// A failed transaction commits nothing, so nothing is reported.
-	other := newImport("other", []string{"243.1.0.20"}, nil)
-	f.add(other)
+	other := newImport("other", []string{"243.1.0.20"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
+	f.add(other, newSlice("other", remoteCluster, []slicePort{tcp("http", 80, 8080)}))
 	failing := &failingNFT{Interface: f.nft, fail: true}
 	f.p.nft = failing
 	if err := f.p.syncProxyRules(); err == nil {
@@ -78,12 +84,27 @@ func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
 	}
 	f.sync()
 	if _, carried := rec.state(); !slices.Equal(carried, []string{vip, "243.1.0.20"}) {
-		t.Fatalf("after the retry: carried %v", carried)
+		t.Fatalf("after the retry (an empty slice settles it): carried %v", carried)
+	}
+
+	// A service that never gets a slice is reported once settleTimeout
+	// has passed.
+	f.add(newImport("lonely", []string{"243.1.0.30"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}))
+	f.sync()
+	f.clock.Step(settleTimeout - time.Millisecond)
+	f.sync()
+	if _, carried := rec.state(); slices.Contains(carried, "243.1.0.30") {
+		t.Fatalf("a service without slices is reported carried before settleTimeout")
+	}
+	f.clock.Step(time.Millisecond)
+	f.sync()
+	if _, carried := rec.state(); !slices.Contains(carried, "243.1.0.30") {
+		t.Fatalf("a service without slices is not reported carried after settleTimeout: %v", carried)
 	}
 
 	f.p.OnServiceImportDelete(webImport())
 	f.sync()
-	if _, carried := rec.state(); !slices.Equal(carried, []string{"243.1.0.20"}) {
-		t.Errorf("after the import went: carried %v, want only 243.1.0.20", carried)
+	if _, carried := rec.state(); !slices.Equal(carried, []string{"243.1.0.20", "243.1.0.30"}) {
+		t.Errorf("after the import went: carried %v, want 243.1.0.20 and 243.1.0.30", carried)
 	}
 }

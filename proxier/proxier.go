@@ -183,11 +183,7 @@ type Proxier struct {
 	syncPeriod     time.Duration
 	lastTableCheck time.Time
 	ruleCounter    RuleCounter
-	// carried counts the committed services of each ClusterSetIP (more
-	// than one only while imports conflict), for vipObserver.
-	carried      map[string]int
-	vipObserver  VIPObserver
-	vipsReported bool
+	vips vipReport
 }
 
 var _ Provider = (*Proxier)(nil)
@@ -269,8 +265,7 @@ func New(cfg Config) (*Proxier, error) {
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
 		syncPeriod:     syncPeriod,
 		ruleCounter:    cfg.RuleCounter,
-		carried:        map[string]int{},
-		vipObserver:    cfg.VIPObserver,
+		vips:           newVIPReport(cfg.VIPObserver),
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},

@@ -118,15 +118,14 @@ func (p *Proxier) syncProxyRules() error {
 	}
 
 	stale := p.staleUDPFlows(names, renders)
-	touchedVIPs := map[string]bool{}
 	for _, name := range names {
-		p.uncarry(p.committed[name], touchedVIPs)
+		p.uncarry(p.committed[name])
 		if r := renders[name]; r != nil {
 			p.committed[name] = r
 		} else {
 			delete(p.committed, name)
 		}
-		p.carry(renders[name], touchedVIPs)
+		p.carry(renders[name])
 	}
 	if full {
 		p.needFullSync = false
@@ -164,7 +163,6 @@ func (p *Proxier) syncProxyRules() error {
 		}
 	}
 	p.synced()
-	p.reportVIPs(touchedVIPs)
 	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
 		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
 	return nil
@@ -172,6 +170,7 @@ func (p *Proxier) syncProxyRules() error {
 
 // synced records that the queued changes are applied.
 func (p *Proxier) synced() {
+	p.reportVIPs()
 	p.metrics.lastSync.WithLabelValues(string(p.family)).SetToCurrentTime()
 	if p.health != nil {
 		p.health.Updated(p.family)
