@@ -183,7 +183,7 @@ type Proxier struct {
 	syncPeriod     time.Duration
 	lastTableCheck time.Time
 	ruleCounter    RuleCounter
-	vips vipReport
+	vips           vipReport
 }
 
 var _ Provider = (*Proxier)(nil)
