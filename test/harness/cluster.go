@@ -2,13 +2,17 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -19,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
@@ -96,8 +101,21 @@ func (c *Cluster) WriteKubeconfig(path string, cfg *rest.Config) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now. It
+// picks from below the kernel's ephemeral range (32768 and up by default),
+// where the outgoing connections of every client on the machine take their
+// ports: a port chosen there may be taken by one of them before the server
+// it is meant for binds it.
 func FreePort() (int, error) {
+	for range 100 {
+		port := reservedPortLow + rand.IntN(reservedPortHigh-reservedPortLow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -105,6 +123,45 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// The range FreePort picks from.
+const reservedPortLow, reservedPortHigh = 20000, 32000
+
+// startAttempts is how often a control plane is started afresh (new ports,
+// new data) before the harness gives up on it.
+const startAttempts = 3
+
+// startWithRetries starts the control plane, trying again from scratch
+// when an attempt fails: a port taken between choosing and binding it, or
+// a machine so busy that etcd or the API server missed its budget. The
+// error names every attempt's failure.
+func (c *Cluster) startWithRetries(ctx context.Context) error {
+	var errs []error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		began := time.Now()
+		err := c.start(ctx)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("attempt %d of %d (after %v): %w", attempt, startAttempts, time.Since(began).Round(time.Millisecond), err))
+		c.stop()
+		c.etcd, c.apiserver, c.kcm = nil, nil, nil
+		if rmErr := os.RemoveAll(c.dir); rmErr != nil {
+			errs = append(errs, rmErr)
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		klog.InfoS("Starting a harness control plane failed; trying again", "cluster", c.Name, "attempt", attempt, "err", err)
+	}
+	return errors.Join(errs...)
+}
+
+// etcdBudget is how long one attempt waits for etcd to be healthy. Idle,
+// it takes well under a second; with a dozen control planes and the Go
+// compiler on two cores, tens of seconds.
+const etcdBudget = 2 * time.Minute
 
 // start brings the control plane up and returns when the API server is ready
 // and kube-controller-manager is running its controllers.
@@ -140,7 +197,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.etcd.start(); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", etcdClient), c.etcd); err != nil {
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", etcdClient), c.etcd, etcdBudget); err != nil {
 		return fmt.Errorf("%s etcd: %w", c.Name, err)
 	}
 
@@ -305,17 +362,30 @@ func (c *Cluster) stop() {
 	}
 }
 
-func waitHTTP(ctx context.Context, url string, p *process) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+// waitHTTP waits up to budget for url to answer 200 OK, and says in its
+// error how far the process got: the last probe's result and its log tail.
+func waitHTTP(ctx context.Context, url string, p *process, budget time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	began := time.Now()
+	probes, last := 0, "no probe answered"
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, budget, true, func(ctx context.Context) (bool, error) {
 		if done, err := p.exited(); done {
-			return false, fmt.Errorf("exited: %v\n%s", err, p.tail(20))
+			return false, fmt.Errorf("exited: %v", err)
 		}
+		probes++
 		resp, err := client.Get(url)
 		if err != nil {
+			last = err.Error()
 			return false, nil
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
+		last = fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 		return resp.StatusCode == http.StatusOK, nil
 	})
+	if err != nil {
+		return fmt.Errorf("%s not healthy after %v and %d probes of %s (last: %s): %w\n--- last lines of %s:\n%s",
+			p.name, time.Since(began).Round(time.Millisecond), probes, url, last, err, p.logPath, p.tail(20))
+	}
+	return nil
 }

@@ -124,7 +124,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.start(ctx)
+			errs[i] = c.startWithRetries(ctx)
 		}()
 	}
 	wg.Wait()

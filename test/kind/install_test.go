@@ -43,6 +43,7 @@ const repoRoot = "../.."
 // mcsd asks of either API server is forbidden: the RBAC of manifests/mcsd
 // and the broker's member Role are enough.
 func TestOperatorInstallWithKubectl(t *testing.T) {
+	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "dig")
 	kubectlDir := kubectl(t)
 	cs := harness.Start(t, harness.Options{Clusters: 2})

@@ -21,9 +21,13 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// RequireCommands fails t when any of the named programs is not on PATH.
+// RequireCommands skips t under -short, and fails it when any of the named
+// programs is not on PATH: a test that runs system programs is no unit test.
 func RequireCommands(t testing.TB, names ...string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("runs %v; skipped under -short", names)
+	}
 	for _, name := range names {
 		if _, err := exec.LookPath(name); err != nil {
 			t.Fatalf("this test needs %q on PATH (make test installs it through .ci/run): %v", name, err)
