@@ -30,6 +30,7 @@ import (
 	"github.com/mcsd-io/mcsd/proxier"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/hold"
 )
 
 // Short heartbeats, so the TTL tests take seconds: a Lease renewed every
@@ -157,6 +158,25 @@ func (e *env) slices(m *fixture.Member, ns, name string) []discoveryv1.EndpointS
 	return list.Items
 }
 
+// bySource is m's endpoints of ns/name now: source cluster -> endpoint
+// addresses, sorted.
+func (e *env) bySource(m *fixture.Member, ns, name string) (map[string][]string, []discoveryv1.EndpointSlice) {
+	e.t.Helper()
+	items := e.slices(m, ns, name)
+	got := map[string][]string{}
+	for _, s := range items {
+		c := s.Labels[mcsv1beta1.LabelSourceCluster]
+		if _, ok := got[c]; !ok {
+			got[c] = []string{}
+		}
+		for _, ep := range s.Endpoints {
+			got[c] = append(got[c], ep.Addresses...)
+		}
+		slices.Sort(got[c])
+	}
+	return got, items
+}
+
 // endpointsBySource waits until m's slices of ns/name hold exactly want:
 // source cluster -> endpoint addresses.
 func (e *env) endpointsBySource(m *fixture.Member, ns, name string, timeout time.Duration, want map[string][]string) []discoveryv1.EndpointSlice {
@@ -164,24 +184,29 @@ func (e *env) endpointsBySource(m *fixture.Member, ns, name string, timeout time
 	var got map[string][]string
 	var items []discoveryv1.EndpointSlice
 	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		items = e.slices(m, ns, name)
-		got = map[string][]string{}
-		for _, s := range items {
-			c := s.Labels[mcsv1beta1.LabelSourceCluster]
-			if _, ok := got[c]; !ok {
-				got[c] = []string{}
-			}
-			for _, ep := range s.Endpoints {
-				got[c] = append(got[c], ep.Addresses...)
-			}
-			slices.Sort(got[c])
-		}
+		got, items = e.bySource(m, ns, name)
 		return apiequality.Semantic.DeepEqual(got, want), nil
 	})
 	if err != nil {
 		e.t.Fatalf("%s: endpoints of %s/%s by source cluster %v, want %v within %v", m.ID, ns, name, got, want, timeout)
 	}
 	return items
+}
+
+// successfulSyncs is how many syncs m's importer has completed.
+func (e *env) successfulSyncs(m *fixture.Member) float64 {
+	return metricValue(e.importers[m.ID].Registry, "mcsd_importer_syncs_total", map[string]string{"result": "success"})
+}
+
+// awaitSyncsPast waits until m's importer has completed more syncs than
+// before: a positive sync point after which a hold means something.
+func (e *env) awaitSyncsPast(m *fixture.Member, before float64) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return e.successfulSyncs(m) > before, nil
+	}); err != nil {
+		e.t.Fatalf("%s: the importer made no sync past %v within a minute", m.ID, before)
+	}
 }
 
 func clustersOf(si *mcsv1beta1.ServiceImport) []string {
@@ -314,7 +339,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 
 	var vip string
 	var webPods = map[string]string{}
-	t.Run("a service exported by one cluster is imported into all three, the exporting one too, as the merge says", func(t *testing.T) {
+	t.Run("step 1: a service exported by one cluster is imported into all three, the exporting one too, as the merge says", func(t *testing.T) {
 		e.t = t
 		webPods[c1.ID] = e.service(c1, "app", "web", true, func(s *corev1.Service) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
@@ -383,7 +408,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.event(c2, "app", "web", "Created")
 	})
 
-	t.Run("a second exporting cluster adds its own slice in every cluster, and the VIP stays", func(t *testing.T) {
+	t.Run("step 2: a second exporting cluster adds its own slice in every cluster, and the VIP stays", func(t *testing.T) {
 		e.t = t
 		webPods[c2.ID] = e.service(c2, "app", "web", true, func(s *corev1.Service) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
@@ -414,7 +439,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a headless service has ipFamilies and no IPs; the cluster that loses the type conflict contributes nothing", func(t *testing.T) {
+	t.Run("step 3: a headless service has ipFamilies and no IPs; the cluster that loses the type conflict contributes nothing", func(t *testing.T) {
 		e.t = t
 		dbPod := e.service(c1, "app", "db", true, func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })
 		e.export(c1, "app", "db", nil)
@@ -446,17 +471,25 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a service is not imported where its namespace is missing, and is once the namespace appears", func(t *testing.T) {
+	t.Run("step 4: a service is not imported where its namespace is missing, and is once the namespace appears", func(t *testing.T) {
 		e.t = t
 		e.namespace("late", c1, c2)
 		e.service(c1, "late", "api", false, nil)
+		c3Syncs := e.successfulSyncs(c3)
 		e.export(c1, "late", "api", nil)
 		e.imported(c1, "late", "api", minute, "created", func(*mcsv1beta1.ServiceImport) bool { return true })
 		e.imported(c2, "late", "api", minute, "created", func(*mcsv1beta1.ServiceImport) bool { return true })
-		// cluster3 has had every chance to import it.
-		time.Sleep(2 * time.Second)
-		if _, err := c3.MCS.MulticlusterV1beta1().ServiceImports("late").Get(ctx, "api", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("cluster3 without the namespace: %v, want not found", err)
+		// cluster3's importer has looked at the service since, and does
+		// not import it for as long as its namespace is missing.
+		e.awaitSyncsPast(c3, c3Syncs)
+		if err := hold.For(ctx, 2*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			_, err := c3.MCS.MulticlusterV1beta1().ServiceImports("late").Get(ctx, "api", metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("cluster3 without the namespace: %v, want not found", err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 		created := time.Now()
 		e.namespace("late", c3)
@@ -464,7 +497,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		t.Logf("imported %v after the namespace appeared", time.Since(created).Round(time.Millisecond))
 	})
 
-	t.Run("hand edits of the ServiceImport and its slices are reverted", func(t *testing.T) {
+	t.Run("step 5: hand edits of the ServiceImport and its slices are reverted", func(t *testing.T) {
 		e.t = t
 		si := e.imported(c3, "app", "web", minute, "present", func(*mcsv1beta1.ServiceImport) bool { return true })
 		want := si.Spec
@@ -509,7 +542,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.endpointsBySource(c3, "app", "web", 20*time.Second, map[string][]string{c1.ID: {webPods[c1.ID]}, c2.ID: {webPods[c2.ID]}})
 	})
 
-	t.Run("the VIP survives restarting every importer and exporter", func(t *testing.T) {
+	t.Run("step 6: the VIP survives restarting every importer and exporter", func(t *testing.T) {
 		e.t = t
 		uids := map[string]string{}
 		for _, m := range members {
@@ -521,19 +554,33 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			e.startExporter(m)
 			e.startImporter(m)
 		}
-		// Let every exporter and importer finish a pass over everything.
-		time.Sleep(3 * time.Second)
+		// Once every restarted importer has synced, the ServiceImports
+		// keep their VIP and identity.
 		for _, m := range members {
-			si := e.imported(m, "app", "web", minute, "ready", func(si *mcsv1beta1.ServiceImport) bool {
+			e.awaitSyncsPast(m, 0)
+		}
+		if err := hold.For(ctx, 3*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			for _, m := range members {
+				si, err := m.MCS.MulticlusterV1beta1().ServiceImports("app").Get(ctx, "web", metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("%s: %w", m.ID, err)
+				}
+				if !slices.Equal(si.Spec.IPs, []string{vip}) || string(si.UID) != uids[m.ID] || len(clustersOf(si)) != 2 {
+					return fmt.Errorf("%s: after restarts IPs %v (want %s), UID %s (was %s), clusters %v", m.ID, si.Spec.IPs, vip, si.UID, uids[m.ID], clustersOf(si))
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			e.imported(m, "app", "web", minute, "ready", func(si *mcsv1beta1.ServiceImport) bool {
 				return readyIs(si, metav1.ConditionTrue, "Ready") && len(clustersOf(si)) == 2
 			})
-			if !slices.Equal(si.Spec.IPs, []string{vip}) || string(si.UID) != uids[m.ID] {
-				t.Fatalf("%s: after restarts IPs %v (want %s), UID %s (was %s)", m.ID, si.Spec.IPs, vip, si.UID, uids[m.ID])
-			}
 		}
 	})
 
-	t.Run("the VIP stays when the allocating cluster stops exporting while another still exports", func(t *testing.T) {
+	t.Run("step 7: the VIP stays when the allocating cluster stops exporting while another still exports", func(t *testing.T) {
 		e.t = t
 		e.unexport(c1, "app", "web")
 		for _, m := range members {
@@ -547,7 +594,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("two clusters exporting a new service at the same moment end with one VIP everywhere", func(t *testing.T) {
+	t.Run("step 8: two clusters exporting a new service at the same moment end with one VIP everywhere", func(t *testing.T) {
 		e.t = t
 		e.service(c2, "app", "race", false, nil)
 		e.service(c3, "app", "race", false, nil)
@@ -580,16 +627,23 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			t.Fatalf("the clusters never agreed on one VIP: %v", seen)
 		}
 		// And they stay agreed: each exporter adopts the merged VIP.
-		time.Sleep(2 * time.Second)
-		for _, m := range members {
-			si := e.imported(m, "app", "race", 5*time.Second, "present", func(*mcsv1beta1.ServiceImport) bool { return true })
-			if !slices.Equal(si.Spec.IPs, seen[:1]) {
-				t.Fatalf("%s: VIP moved to %v from %s", m.ID, si.Spec.IPs, seen[0])
+		if err := hold.For(ctx, 2*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			for _, m := range members {
+				si, err := m.MCS.MulticlusterV1beta1().ServiceImports("app").Get(ctx, "race", metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("%s: %w", m.ID, err)
+				}
+				if !slices.Equal(si.Spec.IPs, seen[:1]) {
+					return fmt.Errorf("%s: VIP moved to %v from %s", m.ID, si.Spec.IPs, seen[0])
+				}
 			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	})
 
-	t.Run("the ServiceImport and slices go from every cluster within 20 s of the last unexport", func(t *testing.T) {
+	t.Run("step 9: the ServiceImport and slices go from every cluster within 20 s of the last unexport", func(t *testing.T) {
 		e.t = t
 		began := time.Now()
 		e.unexport(c2, "app", "web")
@@ -600,7 +654,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 	})
 
 	ttlPods := map[string]string{}
-	t.Run("a cluster that stops renewing its Lease loses its endpoints within the TTL, and gets them back when it renews", func(t *testing.T) {
+	t.Run("step 10: a cluster that stops renewing its Lease loses its endpoints within the TTL, and gets them back when it renews", func(t *testing.T) {
 		e.t = t
 		ttlPods[c1.ID] = e.service(c1, "app", "ttl", true, nil)
 		ttlPods[c3.ID] = e.service(c3, "app", "ttl", true, nil)
@@ -687,7 +741,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a broker down for 30 s deletes nothing, says why, and everything converges after", func(t *testing.T) {
+	t.Run("step 11: a broker down for 30 s deletes nothing, says why, and everything converges after", func(t *testing.T) {
 		e.t = t
 		e.service(c2, "app", "steady", false, nil)
 		e.export(c2, "app", "steady", nil)
@@ -733,13 +787,15 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			}
 			e.event(m, "app", "ttl", importer.ReasonBrokerUnreachable)
 		}
-		for time.Since(began) < 30*time.Second {
+		if err := hold.For(ctx, 30*time.Second-time.Since(began), time.Second, func(context.Context) error {
 			for _, m := range members {
 				if now := take(m); !apiequality.Semantic.DeepEqual(now, before[m.ID]) {
-					t.Fatalf("%s: local imports changed while the broker was down: %v, was %v", m.ID, now, before[m.ID])
+					return fmt.Errorf("%s: local imports changed while the broker was down: %v, was %v", m.ID, now, before[m.ID])
 				}
 			}
-			time.Sleep(time.Second)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 		for _, m := range members {
 			si := e.imported(m, "app", "ttl", 5*time.Second, "present", func(*mcsv1beta1.ServiceImport) bool { return true })
@@ -762,9 +818,21 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 		t.Logf("the unexport made during the outage reached every cluster %v after the broker returned", time.Since(restarted).Round(time.Millisecond))
 		// The grace after the outage ends with every live cluster still live.
-		time.Sleep(clusterTTL + 2*time.Second)
+		want := map[string][]string{c1.ID: {ttlPods[c1.ID]}, c3.ID: {ttlPods[c3.ID]}}
 		for _, m := range members {
-			e.endpointsBySource(m, "app", "ttl", 5*time.Second, map[string][]string{c1.ID: {ttlPods[c1.ID]}, c3.ID: {ttlPods[c3.ID]}})
+			e.endpointsBySource(m, "app", "ttl", 5*time.Second, want)
+		}
+		if err := hold.For(ctx, clusterTTL+2*time.Second, 200*time.Millisecond, func(context.Context) error {
+			for _, m := range members {
+				if got, _ := e.bySource(m, "app", "ttl"); !apiequality.Semantic.DeepEqual(got, want) {
+					return fmt.Errorf("%s: endpoints by source cluster %v, want %v", m.ID, got, want)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 1 {
 				t.Fatalf("%s: broker_reachable = %v after the outage", m.ID, v)
 			}

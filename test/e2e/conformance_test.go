@@ -33,6 +33,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/hold"
 )
 
 // coreEndpointSliceManager is the managed-by value of the EndpointSlices
@@ -302,14 +303,17 @@ func specHeadlessNoIP(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
 	e.deployHello(headless)
 	e.awaitImport(0, checkFamilies)
-	for end := time.Now().Add(holdFor); time.Now().Before(end); time.Sleep(time.Second) {
+	if err := hold.For(e.ctx, holdFor, pollEvery, func(context.Context) error {
 		si, err := e.getImport(0)
 		if err != nil {
-			t.Fatalf("getting the ServiceImport: %v", err)
+			return fmt.Errorf("getting the ServiceImport: %w", err)
 		}
 		if len(si.Spec.IPs) > 0 {
-			t.Fatalf("headless ServiceImport has spec.ips %v", si.Spec.IPs)
+			return fmt.Errorf("headless ServiceImport has spec.ips %v", si.Spec.IPs)
 		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

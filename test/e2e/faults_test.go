@@ -21,6 +21,7 @@ import (
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/hold"
 )
 
 // faultSite is a broker and two clusters, each with one node running mcsd,
@@ -131,6 +132,15 @@ func (s *faultSite) clustersReached(vip netip.Addr, n int) map[string]int {
 	return seen
 }
 
+// reachAtOnce connects to vip:80 once, right after it resolved: a name
+// mcsd's DNS hands out is already reachable, so this must not fail.
+func (s *faultSite) reachAtOnce(name string, vip netip.Addr) {
+	s.t.Helper()
+	if seen := s.clustersReached(vip, 1); seen[""] > 0 {
+		s.t.Fatalf("%s resolved to %s, and the connection made at once failed", name, vip)
+	}
+}
+
 // waitReach waits until connections to vip reach exactly the given clusters.
 func (s *faultSite) waitReach(vip netip.Addr, within time.Duration, clusters ...string) {
 	s.t.Helper()
@@ -208,10 +218,11 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("%s resolves to %v, want one ClusterSetIP", name, vips)
 	}
 	vip := vips[0]
+	s.reachAtOnce(name, vip)
 	s.waitReach(vip, time.Minute, "cluster1", "cluster2")
 	t.Logf("%s is %s and reaches both clusters", name, vip)
 
-	t.Run("a cluster whose mcsd stops leaves the others within TTL + 2 s and comes back when it restarts", func(t *testing.T) {
+	t.Run("step 1: a cluster whose mcsd stops leaves the others within TTL + 2 s and comes back when it restarts", func(t *testing.T) {
 		s.t = t
 		if err := s.daemons[1].Terminate(10 * time.Second); err != nil {
 			t.Fatal(err)
@@ -240,7 +251,7 @@ func TestFaults(t *testing.T) {
 		s.waitReach(vip, 30*time.Second, "cluster1", "cluster2")
 	})
 
-	t.Run("an open TCP connection through the ClusterSetIP survives an mcsd restart, and the VIP stays", func(t *testing.T) {
+	t.Run("step 2: an open TCP connection through the ClusterSetIP survives an mcsd restart, and the VIP stays", func(t *testing.T) {
 		s.t = t
 		conn, err := s.client.Dial(s.ctx, "tcp", netip.AddrPortFrom(vip, 80).String())
 		if err != nil {
@@ -264,8 +275,9 @@ func TestFaults(t *testing.T) {
 		if err := s.daemons[0].WaitReady(s.ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Give the restarted proxier time for a sync before asking again.
-		time.Sleep(time.Second)
+		// Ready means the restarted proxier has made its first sync: its
+		// DNS server, gated on what the proxier carries, is not ready
+		// before.
 		if got := faultAsk(t, conn, r); got != first {
 			t.Fatalf("after the restart the connection answered %q, before %q", got, first)
 		}
@@ -274,7 +286,7 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
-	t.Run("an nftables table flushed by hand is restored within the sync period", func(t *testing.T) {
+	t.Run("step 3: an nftables table flushed by hand is restored within the sync period", func(t *testing.T) {
 		s.t = t
 		if out, err := s.daemons[0].Node.NS.Exec("nft", "flush", "table", "ip", "mcsd"); err != nil {
 			t.Fatalf("%v: %s", err, out)
@@ -284,7 +296,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("traffic to the ClusterSetIP flowed again %v after the flush", time.Since(flushed).Round(10*time.Millisecond))
 	})
 
-	t.Run("the broker down for 60 s loses nothing, and a change made meanwhile arrives after", func(t *testing.T) {
+	t.Run("step 4: the broker down for 60 s loses nothing, and a change made meanwhile arrives after", func(t *testing.T) {
 		s.t = t
 		c1, c2 := s.members[0], s.members[1]
 		s.cs.Broker.StopAPIServer()
@@ -304,25 +316,27 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		sawUnreachable := false
-		for time.Since(down) < 60*time.Second {
+		if err := hold.For(s.ctx, 60*time.Second-time.Since(down), 5*time.Second, func(context.Context) error {
 			si, err := s.serviceImport(c1.Cluster)
 			if err != nil {
-				t.Fatalf("%v into the outage the ServiceImport is gone: %v", time.Since(down).Round(time.Second), err)
+				return fmt.Errorf("%v into the outage the ServiceImport is gone: %w", time.Since(down).Round(time.Second), err)
 			}
 			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip.String() {
-				t.Fatalf("during the outage the ServiceImport's IPs are %v, want [%s]", si.Spec.IPs, vip)
+				return fmt.Errorf("during the outage the ServiceImport's IPs are %v, want [%s]", si.Spec.IPs, vip)
 			}
 			if c := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)); c != nil && c.Reason == importer.ReasonBrokerUnreachable {
 				sawUnreachable = true
 			}
 			eps, err := s.importedEndpoints(c1.Cluster)
 			if err != nil || len(eps["cluster1"]) == 0 || len(eps["cluster2"]) == 0 {
-				t.Fatalf("%v into the outage cluster1 imports endpoints %v (%v), want both clusters'", time.Since(down).Round(time.Second), eps, err)
+				return fmt.Errorf("%v into the outage cluster1 imports endpoints %v (%v), want both clusters'", time.Since(down).Round(time.Second), eps, err)
 			}
 			if seen := s.clustersReached(vip, 10); seen[""] > 0 {
-				t.Fatalf("%v into the outage connections failed: %v", time.Since(down).Round(time.Second), seen)
+				return fmt.Errorf("%v into the outage connections failed: %v", time.Since(down).Round(time.Second), seen)
 			}
-			time.Sleep(5 * time.Second)
+			return nil
+		}); err != nil {
+			t.Fatalf("during the broker outage: %v", err)
 		}
 		if !sawUnreachable {
 			t.Errorf("the ServiceImport's Ready condition never said %s during the outage", importer.ReasonBrokerUnreachable)
@@ -335,6 +349,7 @@ func TestFaults(t *testing.T) {
 		lateName := "late." + faultNamespace + ".svc.clusterset.local"
 		lateVIPs := s.resolve(lateName, 2*time.Minute)
 		t.Logf("the export made during the outage resolved in cluster1 %v after the broker came back", time.Since(back).Round(10*time.Millisecond))
+		s.reachAtOnce(lateName, lateVIPs[0])
 		s.waitReach(lateVIPs[0], time.Minute, "cluster2")
 		err := wait.PollUntilContextTimeout(s.ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			si, err := s.serviceImport(c1.Cluster)

@@ -26,6 +26,7 @@ import (
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/hold"
 )
 
 // Bounds of the waits, as in the upstream suite: what must happen does so
@@ -242,7 +243,7 @@ func (e *specEnv) twoClusters(svc1, svc2 *corev1.Service, se1, se2 *mcsv1beta1.S
 	e.deploy(0, svc1)
 	e.export(0, se1)
 	e.awaitImport(0, nil)
-	time.Sleep(1100 * time.Millisecond)
+	e.awaitLaterSecond(0, se1.Name)
 	e.helloPods(1, 1, "")
 	e.deploy(1, svc2)
 	e.export(1, se2)
@@ -292,24 +293,46 @@ func (e *specEnv) awaitNoImport(i int, why string) {
 // holdImport checks that cluster i keeps the ServiceImport for holdFor.
 func (e *specEnv) holdImport(i int, why string) {
 	e.t.Helper()
-	for end := time.Now().Add(holdFor); time.Now().Before(end); time.Sleep(pollEvery) {
-		if _, err := e.getImport(i); err != nil {
-			e.t.Fatalf("%s: %s: ServiceImport %s/%s: %v", e.member(i).ID, why, e.ns, serviceName, err)
-		}
+	if err := hold.For(e.ctx, holdFor, pollEvery, func(context.Context) error {
+		_, err := e.getImport(i)
+		return err
+	}); err != nil {
+		e.t.Fatalf("%s: %s: ServiceImport %s/%s: %v", e.member(i).ID, why, e.ns, serviceName, err)
 	}
 }
 
 // holdNoImport checks that cluster i has no ServiceImport for holdFor.
 func (e *specEnv) holdNoImport(i int, why string) {
 	e.t.Helper()
-	for end := time.Now().Add(holdFor); time.Now().Before(end); time.Sleep(pollEvery) {
+	if err := hold.For(e.ctx, holdFor, pollEvery, func(context.Context) error {
 		si, err := e.getImport(i)
 		if err == nil {
-			e.t.Fatalf("%s: %s: found ServiceImport %s/%s: %+v", e.member(i).ID, why, e.ns, serviceName, si.Spec)
+			return fmt.Errorf("found it: %+v", si.Spec)
 		}
 		if !apierrors.IsNotFound(err) {
-			e.t.Fatalf("%s: getting ServiceImport %s/%s: %v", e.member(i).ID, e.ns, serviceName, err)
+			return err
 		}
+		return nil
+	}); err != nil {
+		e.t.Fatalf("%s: %s: ServiceImport %s/%s: %v", e.member(i).ID, why, e.ns, serviceName, err)
+	}
+}
+
+// awaitLaterSecond waits until the clock has left the second in which
+// cluster i's ServiceExport name was created. Creation timestamps have a
+// granularity of one second, and precedence goes by them: an export made
+// after this is older by them, not tied.
+func (e *specEnv) awaitLaterSecond(i int, name string) {
+	e.t.Helper()
+	se, err := e.member(i).MCS.MulticlusterV1beta1().ServiceExports(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("%s: getting ServiceExport %s/%s: %v", e.member(i).ID, e.ns, name, err)
+	}
+	created := se.CreationTimestamp.Time
+	if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
+		return time.Now().Truncate(time.Second).After(created), nil
+	}); err != nil {
+		e.t.Fatalf("the clock did not pass %v: %v", created, err)
 	}
 }
 
@@ -584,6 +607,11 @@ func (e *specEnv) ask(i int, network string, port int) (echo.Identity, error) {
 	if err != nil {
 		return echo.Identity{}, err
 	}
+	return e.connect(i, network, vip, port)
+}
+
+// connect asks the backend behind vip:port from cluster i's request pod.
+func (e *specEnv) connect(i int, network string, vip netip.Addr, port int) (echo.Identity, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
 	defer cancel()
 	return e.requests[i].Ask(ctx, network, netip.AddrPortFrom(vip, uint16(port)).String())
@@ -602,8 +630,25 @@ func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
 	}
 	for i := range e.s.members {
 		var last error
+		// When the name does not resolve yet, the first connection after
+		// it does is made at once and must succeed: a name mcsd's DNS
+		// hands out is already reachable. Later failures (a port or
+		// endpoints still on their way) are retried.
+		first, strict := true, false
 		err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
-			id, err := e.ask(i, "tcp", port)
+			vip, err := e.resolve(i)
+			if err != nil {
+				strict = strict || first
+				first = false
+				last = err
+				return false, nil
+			}
+			first = false
+			id, err := e.connect(i, "tcp", vip, port)
+			if err != nil && strict {
+				return false, fmt.Errorf("%s resolved to %s, and the connection made at once failed: %w", e.fqdn(), vip, err)
+			}
+			strict = false
 			if err != nil {
 				last = err
 				return false, nil
