@@ -77,7 +77,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		t.Fatalf("the admission policy never took effect: %v", err)
 	}
 
-	t.Run("a member writes its own records", func(t *testing.T) {
+	t.Run("step 1: a member writes its own records", func(t *testing.T) {
 		if _, err := records(three).Create(ctx, record("svc-cluster3", "cluster3"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
-	t.Run("a member reads every member's records", func(t *testing.T) {
+	t.Run("step 2: a member reads every member's records", func(t *testing.T) {
 		list, err := two.mcs.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) != 2 {
 			t.Fatalf("list = %d items, %v; want both records", len(list.Items), err)
@@ -103,17 +103,17 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	}
 
-	t.Run("creating a record labelled with another cluster is refused", func(t *testing.T) {
+	t.Run("step 3: creating a record labelled with another cluster is refused", func(t *testing.T) {
 		_, err := records(two).Create(ctx, record("forged", "cluster3"), metav1.CreateOptions{})
 		refused(t, err, "cluster cluster2 may only write objects labelled multicluster.kubernetes.io/source-cluster=cluster2")
 	})
 
-	t.Run("creating a record with no source cluster is refused", func(t *testing.T) {
+	t.Run("step 4: creating a record with no source cluster is refused", func(t *testing.T) {
 		_, err := records(two).Create(ctx, record("anonymous", ""), metav1.CreateOptions{})
 		refused(t, err, "with no source cluster")
 	})
 
-	t.Run("changing another cluster's record is refused", func(t *testing.T) {
+	t.Run("step 5: changing another cluster's record is refused", func(t *testing.T) {
 		si, err := two.mcs.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Get(ctx, "svc-cluster3", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -123,12 +123,12 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		refused(t, err, "may not change or delete an object of cluster cluster3")
 	})
 
-	t.Run("deleting another cluster's record is refused", func(t *testing.T) {
+	t.Run("step 6: deleting another cluster's record is refused", func(t *testing.T) {
 		err := two.mcs.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(ctx, "svc-cluster3", metav1.DeleteOptions{})
 		refused(t, err, "may not change or delete an object of cluster cluster3")
 	})
 
-	t.Run("relabelling its own record to another cluster is refused", func(t *testing.T) {
+	t.Run("step 7: relabelling its own record to another cluster is refused", func(t *testing.T) {
 		si, err := two.mcs.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Get(ctx, "svc-cluster2", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +138,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		refused(t, err, "may only write objects labelled multicluster.kubernetes.io/source-cluster=cluster2")
 	})
 
-	t.Run("EndpointSlices, Leases and CIDR claims are bound the same way", func(t *testing.T) {
+	t.Run("step 8: EndpointSlices, Leases and CIDR claims are bound the same way", func(t *testing.T) {
 		src := map[string]string{mcsv1beta1.LabelSourceCluster: "cluster3"}
 		_, err := two.kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: "forged-slice", Labels: src}, AddressType: discoveryv1.AddressTypeIPv4,
@@ -160,7 +160,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
-	t.Run("a member cannot write outside the broker namespace", func(t *testing.T) {
+	t.Run("step 9: a member cannot write outside the broker namespace", func(t *testing.T) {
 		_, err := two.mcs.MulticlusterV1beta1().ServiceImports("default").Create(ctx, &mcsv1beta1.ServiceImport{
 			ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "cluster2"}},
 			Spec:       mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
@@ -170,7 +170,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
-	t.Run("an administrator is not bound by the policy", func(t *testing.T) {
+	t.Run("step 10: an administrator is not bound by the policy", func(t *testing.T) {
 		if err := b.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(ctx, "svc-cluster3", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

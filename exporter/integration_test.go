@@ -126,7 +126,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 	c1, c2, c3 := members[0], members[1], members[2]
 	e.namespace("app")
 
-	t.Run("a ServiceExport without a Service is not Valid (NoService)", func(t *testing.T) {
+	t.Run("step 1: a ServiceExport without a Service is not Valid (NoService)", func(t *testing.T) {
 		e.t = t
 		e.export(c1, "app", "ghost", nil)
 		e.condition(c1, "app", "ghost", "Valid", metav1.ConditionFalse, "NoService")
@@ -134,7 +134,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.records("app", "ghost")
 	})
 
-	t.Run("an ExternalName Service is not Valid (InvalidServiceType) and stays off the broker", func(t *testing.T) {
+	t.Run("step 2: an ExternalName Service is not Valid (InvalidServiceType) and stays off the broker", func(t *testing.T) {
 		e.t = t
 		e.service(c1, "app", "external", func(s *corev1.Service) {
 			s.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.invalid"}
@@ -144,7 +144,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.records("app", "external")
 	})
 
-	t.Run("NodePort and LoadBalancer Services export as ClusterSetIP with a VIP and their endpoints", func(t *testing.T) {
+	t.Run("step 3: NodePort and LoadBalancer Services export as ClusterSetIP with a VIP and their endpoints", func(t *testing.T) {
 		e.t = t
 		node, err := c1.AddNode(ctx)
 		if err != nil {
@@ -186,7 +186,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("deleting the Service withdraws the export and says NoService", func(t *testing.T) {
+	t.Run("step 4: deleting the Service withdraws the export and says NoService", func(t *testing.T) {
 		e.t = t
 		if err := c1.Kube.CoreV1().Services("app").Delete(ctx, "lb", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -195,7 +195,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.records("app", "lb")
 	})
 
-	t.Run("deleting the ServiceExport withdraws the record and its slices", func(t *testing.T) {
+	t.Run("step 5: deleting the ServiceExport withdraws the record and its slices", func(t *testing.T) {
 		e.t = t
 		if err := c1.MCS.MulticlusterV1beta1().ServiceExports("app").Delete(ctx, "np", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -231,13 +231,13 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		return e.records("app", name, c1.ID, c2.ID)[c1.ID], cond
 	}
 
-	t.Run("an added SCTP port is a union and a PortConflict on both exports", func(t *testing.T) {
+	t.Run("step 6: an added SCTP port is a union and a PortConflict on both exports", func(t *testing.T) {
 		conflict(t, "ports", nil, func(s *corev1.Service) {
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "sctp", Port: 9999, Protocol: corev1.ProtocolSCTP, TargetPort: intstr.FromInt32(9999)})
 		}, nil, nil, "PortConflict")
 	})
 
-	t.Run("the same port name with another number is a PortConflict, the oldest's number kept", func(t *testing.T) {
+	t.Run("step 7: the same port name with another number is a PortConflict, the oldest's number kept", func(t *testing.T) {
 		conflict(t, "portnumber", nil, func(s *corev1.Service) { s.Spec.Ports[0].Port = 8081 }, nil, nil, "PortConflict")
 		var all []record.Export
 		for _, r := range e.records("app", "portnumber", c1.ID, c2.ID) {
@@ -252,7 +252,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("headless against ClusterIP is a TypeConflict on both; the oldest's type wins", func(t *testing.T) {
+	t.Run("step 8: headless against ClusterIP is a TypeConflict on both; the oldest's type wins", func(t *testing.T) {
 		first, _ := conflict(t, "kind", func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }, nil, nil, nil, "TypeConflict")
 		if first.Type != mcsv1beta1.Headless {
 			t.Fatalf("oldest record type %s", first.Type)
@@ -261,11 +261,11 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.condition(c2, "app", "kind", "Valid", metav1.ConditionTrue, "Valid")
 	})
 
-	t.Run("a session affinity disagreement is a SessionAffinityConflict", func(t *testing.T) {
+	t.Run("step 9: a session affinity disagreement is a SessionAffinityConflict", func(t *testing.T) {
 		conflict(t, "affinity", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }, nil, nil, nil, "SessionAffinityConflict")
 	})
 
-	t.Run("exported labels and annotations that disagree are conflicts", func(t *testing.T) {
+	t.Run("step 10: exported labels and annotations that disagree are conflicts", func(t *testing.T) {
 		conflict(t, "labels", nil, nil,
 			func(se *mcsv1beta1.ServiceExport) {
 				se.Spec.ExportedLabels = map[string]string{"tier": "gold"}
@@ -281,7 +281,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("every exporter of a service holds the same VIP", func(t *testing.T) {
+	t.Run("step 11: every exporter of a service holds the same VIP", func(t *testing.T) {
 		e.t = t
 		e.service(c3, "app", "ports", nil)
 		e.export(c3, "app", "ports", nil)
@@ -296,7 +296,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a broker down for 30 s while exports change ends with exactly the right records", func(t *testing.T) {
+	t.Run("step 12: a broker down for 30 s while exports change ends with exactly the right records", func(t *testing.T) {
 		e.t = t
 		e.service(c1, "app", "steady", nil)
 		e.export(c1, "app", "steady", nil)

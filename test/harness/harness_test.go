@@ -42,7 +42,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 	}()
 	t.Logf("control-plane RSS: %d MiB", controlPlaneRSS(t, cs.Dir)>>20)
 
-	t.Run("every cluster is its own API server with a distinct kube-system UID", func(t *testing.T) {
+	t.Run("step 1: every cluster is its own API server with a distinct kube-system UID", func(t *testing.T) {
 		seen := map[string]string{}
 		for _, c := range cs.All() {
 			ns, err := c.Kube.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
@@ -59,7 +59,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("RBAC is enforced for unprivileged users", func(t *testing.T) {
+	t.Run("step 2: RBAC is enforced for unprivileged users", func(t *testing.T) {
 		cfg, err := cs.Members[0].UserConfig("nobody")
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("a pod in cluster1 reaches a pod in cluster2 over TCP and UDP", func(t *testing.T) {
+	t.Run("step 3: a pod in cluster1 reaches a pod in cluster2 over TCP and UDP", func(t *testing.T) {
 		for _, network := range []string{"tcp", "udp"} {
 			for _, port := range []string{"8080", "9090"} {
 				id, err := client.Ask(ctx, network, server.IP.String()+":"+port)
@@ -103,7 +103,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a Service selecting a harness pod gets a real EndpointSlice", func(t *testing.T) {
+	t.Run("step 4: a Service selecting a harness pod gets a real EndpointSlice", func(t *testing.T) {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: "default"},
 			Spec: corev1.ServiceSpec{
@@ -149,7 +149,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("deleting an owner garbage-collects its dependents", func(t *testing.T) {
+	t.Run("step 5: deleting an owner garbage-collects its dependents", func(t *testing.T) {
 		owner, err := c1.MCS.MulticlusterV1beta1().ServiceImports("default").Create(ctx, &mcsv1beta1.ServiceImport{
 			ObjectMeta: metav1.ObjectMeta{Name: "owner", Namespace: "default"},
 			Spec: mcsv1beta1.ServiceImportSpec{
@@ -181,7 +181,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 		}
 	})
 
-	t.Run("a stopped API server comes back with its data", func(t *testing.T) {
+	t.Run("step 6: a stopped API server comes back with its data", func(t *testing.T) {
 		b := cs.Broker
 		if _, err := b.Kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -207,7 +207,7 @@ func TestBrokerAndThreeClusters(t *testing.T) {
 	closed = true
 	t.Logf("teardown took %v", time.Since(began).Round(time.Millisecond))
 
-	t.Run("teardown leaves no process, namespace or directory behind", func(t *testing.T) {
+	t.Run("step 7: teardown leaves no process, namespace or directory behind", func(t *testing.T) {
 		for _, pid := range pids {
 			if err := syscall.Kill(pid, 0); err == nil {
 				t.Errorf("process %d still runs", pid)
