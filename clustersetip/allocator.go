@@ -39,7 +39,11 @@ type Allocator struct {
 // never handed out, so a VIP is never mistaken for a network address.
 func NewAllocator(block netip.Prefix) *Allocator {
 	block = block.Masked()
-	return &Allocator{block: block, used: map[netip.Addr]bool{}, next: block.Addr().Next()}
+	a := &Allocator{block: block, used: map[netip.Addr]bool{}}
+	// The block's first address is never handed out; the search starts
+	// after it, and in a block of one address wraps straight back to it.
+	a.next = a.step(block.Addr())
+	return a
 }
 
 // Block is the range this allocator hands out from.

@@ -49,3 +49,20 @@ func TestIPv6Blocks(t *testing.T) {
 		t.Fatalf("got %s, %v", ip, err)
 	}
 }
+
+func TestBlocksOfOneAddressHandOutNothingOutsideThem(t *testing.T) {
+	for _, block := range []string{"243.1.2.3/32", "fd00::1/128"} {
+		a := NewAllocator(netip.MustParsePrefix(block))
+		if ip, err := a.Allocate(); err == nil {
+			t.Errorf("%s: allocated %s, want exhausted (the block's only address is its first)", block, ip)
+		}
+	}
+	a := NewAllocator(netip.MustParsePrefix("243.1.2.2/31"))
+	ip, err := a.Allocate()
+	if err != nil || ip != netip.MustParseAddr("243.1.2.3") {
+		t.Fatalf("/31: Allocate = %v, %v; want 243.1.2.3", ip, err)
+	}
+	if ip, err := a.Allocate(); err == nil {
+		t.Errorf("/31: a second address %s, want exhausted", ip)
+	}
+}
