@@ -187,7 +187,10 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	if _, err := ownSliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// Someone else changing or deleting this cluster's slices is repaired.
+		// Someone else changing or deleting this cluster's slices is
+		// repaired; a slice that appears (made elsewhere, or left from
+		// before and seen late) is checked too.
+		AddFunc:    func(obj any) { c.enqueueBrokerObject(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
 		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
 	}); err != nil {

@@ -1,11 +1,14 @@
 package exporter
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -119,4 +122,31 @@ func drain(c *Controller) map[string]bool {
 		c.queue.Done(key)
 	}
 	return got
+}
+
+// A broker slice of this cluster that appears in the broker informer's
+// cache (made elsewhere, or left from before and seen late) is checked
+// at once, not at the next local change or resync.
+func TestABrokerSliceThatAppearsIsChecked(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	f.c.brokerKube.Start(ctx.Done())
+	inf := f.c.brokerKube.Discovery().V1().EndpointSlices().Informer()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the broker slice informer did not sync")
+	}
+	s := brokerSlices(testCluster, testNamespace, testName, []*discoveryv1.EndpointSlice{localSlice("cart-a")})[0]
+	s.Namespace = testBrokerNS
+	if _, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return f.c.queue.Len() > 0, nil
+	}); err != nil {
+		t.Fatal("a broker slice that appeared enqueued nothing")
+	}
+	if key, _ := f.c.queue.Get(); key != testKey {
+		t.Fatalf("enqueued %q, want %q", key, testKey)
+	}
 }

@@ -180,28 +180,40 @@ func (c *Controller) writeSlices(ctx context.Context, namespace, name string) er
 		w.Namespace = c.cfg.BrokerNamespace
 		cur, ok := byName[w.Name]
 		delete(byName, w.Name)
-		switch {
-		case !ok:
-			if _, err := api.Create(ctx, w, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if !ok {
+			_, err := api.Create(ctx, w, metav1.CreateOptions{})
+			if err == nil {
+				c.cfg.Metrics.writes.WithLabelValues("endpointslice", "create").Inc()
+				continue
+			}
+			if !apierrors.IsAlreadyExists(err) {
 				errs = append(errs, fmt.Errorf("creating broker EndpointSlice %s: %w", w.Name, err))
 				continue
 			}
-			c.cfg.Metrics.writes.WithLabelValues("endpointslice", "create").Inc()
-		case !sliceUpToDate(cur, w):
-			upd := cur.DeepCopy()
-			for k, v := range w.Labels {
-				if upd.Labels == nil {
-					upd.Labels = map[string]string{}
-				}
-				upd.Labels[k] = v
-			}
-			upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
-			if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("updating broker EndpointSlice %s: %w", w.Name, err))
+			// The cache is behind the broker: what the broker holds may
+			// be stale, so it is read and brought up to date now rather
+			// than taken for what this sync wanted.
+			if cur, err = api.Get(ctx, w.Name, metav1.GetOptions{}); err != nil {
+				errs = append(errs, fmt.Errorf("reading broker EndpointSlice %s, which exists but is not cached yet: %w", w.Name, err))
 				continue
 			}
-			c.cfg.Metrics.writes.WithLabelValues("endpointslice", "update").Inc()
 		}
+		if sliceUpToDate(cur, w) {
+			continue
+		}
+		upd := cur.DeepCopy()
+		for k, v := range w.Labels {
+			if upd.Labels == nil {
+				upd.Labels = map[string]string{}
+			}
+			upd.Labels[k] = v
+		}
+		upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
+		if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating broker EndpointSlice %s: %w", w.Name, err))
+			continue
+		}
+		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "update").Inc()
 	}
 	for _, extra := range byName {
 		if err := api.Delete(ctx, extra.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
