@@ -1,8 +1,8 @@
 package dns
 
 import (
-	"fmt"
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"

@@ -30,10 +30,10 @@ type Index struct {
 	// nibble for IPv6) above a served address: names that exist without
 	// records.
 	reverseAbove syncMap[netip.Prefix, struct{}]
-	synced     atomic.Bool
-	generation atomic.Uint32 // bumped on every change; the SOA serial
-	nServices  atomic.Int64
-	nEndpoints atomic.Int64
+	synced       atomic.Bool
+	generation   atomic.Uint32 // bumped on every change; the SOA serial
+	nServices    atomic.Int64
+	nEndpoints   atomic.Int64
 
 	// Writer state, guarded by mu. Queries never take mu.
 	mu         sync.Mutex
