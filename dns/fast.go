@@ -49,26 +49,23 @@ func (s *Server) newNXTemplate() *nxTemplate {
 	t := &nxTemplate{packedAnswer: packedAnswer{msg: b, rcode: m.Rcode, serial: soaSerialOffset(b)}}
 	t.qlen = len(wireName(probe))
 	t.suffix = headerLen + 1 + len(nxProbe)
+	// Every pointer after the question must point into svc.<zone>: into
+	// the question's suffix, or past the question.
 	ok := true
+	pointer := func(p int) {
+		t.pointers = append(t.pointers, p)
+		ok = ok && int(binary.BigEndian.Uint16(b[p:])&0x3FFF) >= t.suffix
+	}
 	off := headerLen + t.qlen + 4
-	for off < len(b) && ok {
-		off = namePointers(b, off, func(p int) {
-			t.pointers = append(t.pointers, p)
-			ok = ok && int(binary.BigEndian.Uint16(b[p:])&0x3FFF) >= t.suffix
-		})
+	for off < len(b) {
+		off = namePointers(b, off, pointer)
 		if off+10 > len(b) {
 			break
 		}
 		rdlen := int(binary.BigEndian.Uint16(b[off+8:]))
 		rdata := off + 10
 		if binary.BigEndian.Uint16(b[off:]) == dns.TypeSOA {
-			namePointers(b, namePointers(b, rdata, func(p int) {
-				t.pointers = append(t.pointers, p)
-				ok = ok && int(binary.BigEndian.Uint16(b[p:])&0x3FFF) >= t.suffix
-			}), func(p int) {
-				t.pointers = append(t.pointers, p)
-				ok = ok && int(binary.BigEndian.Uint16(b[p:])&0x3FFF) >= t.suffix
-			})
+			namePointers(b, namePointers(b, rdata, pointer), pointer)
 		}
 		off = rdata + rdlen
 	}
@@ -331,17 +328,9 @@ func (s *Server) serveSlowUDP(q []byte, w dns.ResponseWriter) {
 		s.metrics.malformed.Inc()
 		return
 	}
-	h := dns.Header{
-		Id:      binary.BigEndian.Uint16(q[0:]),
-		Bits:    binary.BigEndian.Uint16(q[2:]),
-		Qdcount: binary.BigEndian.Uint16(q[4:]),
-		Ancount: binary.BigEndian.Uint16(q[6:]),
-		Nscount: binary.BigEndian.Uint16(q[8:]),
-		Arcount: binary.BigEndian.Uint16(q[10:]),
-	}
 	req := new(dns.Msg)
 	err := req.Unpack(q)
-	action := acceptQuery(h)
+	action := acceptQuery(header(q))
 	switch action {
 	case dns.MsgIgnore:
 		return
@@ -364,6 +353,18 @@ func (s *Server) serveSlowUDP(q []byte, w dns.ResponseWriter) {
 	}
 	req.Answer, req.Ns, req.Extra = nil, nil, nil
 	_ = w.WriteMsg(req)
+}
+
+// header is the header of the message b, at least headerLen bytes.
+func header(b []byte) dns.Header {
+	return dns.Header{
+		Id:      binary.BigEndian.Uint16(b[0:]),
+		Bits:    binary.BigEndian.Uint16(b[2:]),
+		Qdcount: binary.BigEndian.Uint16(b[4:]),
+		Ancount: binary.BigEndian.Uint16(b[6:]),
+		Nscount: binary.BigEndian.Uint16(b[8:]),
+		Arcount: binary.BigEndian.Uint16(b[10:]),
+	}
 }
 
 // udpWriter is the ResponseWriter of the full path over UDP.

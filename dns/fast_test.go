@@ -32,10 +32,7 @@ func TestFastPathTakesCommonQueries(t *testing.T) {
 			}
 		}
 	}
-	for _, q := range []struct {
-		name  string
-		qtype uint16
-	}{
+	for _, q := range []nameType{
 		{"web.prod.svc.clusterset.local.", dns.TypeANY},
 		{"example.com.", dns.TypeA},
 		{"clusterset.local.", dns.TypeSOA},

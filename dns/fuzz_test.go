@@ -2,7 +2,6 @@ package dns
 
 import (
 	"bytes"
-	"encoding/binary"
 	"net"
 	"net/netip"
 	"slices"
@@ -72,11 +71,14 @@ func fuzzServer(t testing.TB) *Server {
 	return srv
 }
 
-// fastQueries are questions the fast path answers, each in a form it takes.
-var fastQueries = []struct {
+// nameType is a question: a name and a type.
+type nameType struct {
 	name  string
 	qtype uint16
-}{
+}
+
+// fastQueries are questions the fast path answers, each in a form it takes.
+var fastQueries = []nameType{
 	{"web.prod.svc.clusterset.local.", dns.TypeA},
 	{"Web.PROD.svc.clusterset.local.", dns.TypeAAAA},
 	{"web.prod.svc.clusterset.local.", dns.TypeSRV},
@@ -123,10 +125,7 @@ func FuzzServeDNS(f *testing.F) {
 		seed(q.name, q.qtype, false)
 		seed(q.name, q.qtype, true)
 	}
-	for _, q := range []struct {
-		name  string
-		qtype uint16
-	}{
+	for _, q := range []nameType{
 		{"clusterset.local.", dns.TypeSOA},
 		{"clusterset.local.", dns.TypeNS},
 		{"dns-version.clusterset.local.", dns.TypeTXT},
@@ -167,15 +166,7 @@ func FuzzServeDNS(f *testing.F) {
 		}
 		// What the listeners' accept check turns away never reaches
 		// ServeDNS.
-		h := dns.Header{
-			Id:      binary.BigEndian.Uint16(b[0:]),
-			Bits:    binary.BigEndian.Uint16(b[2:]),
-			Qdcount: binary.BigEndian.Uint16(b[4:]),
-			Ancount: binary.BigEndian.Uint16(b[6:]),
-			Nscount: binary.BigEndian.Uint16(b[8:]),
-			Arcount: binary.BigEndian.Uint16(b[10:]),
-		}
-		if acceptQuery(h) != dns.MsgAccept {
+		if acceptQuery(header(b)) != dns.MsgAccept {
 			return
 		}
 		w := &fakeWriter{tcp: tcp}

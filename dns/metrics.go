@@ -82,32 +82,25 @@ const durationSampling = 64
 // reader keeps its own).
 func (m *metrics) sample() bool { return m.sampled.Add(1)%durationSampling == 0 }
 
-// qtypeLabels bound the qtype label to the types this server answers;
-// "none" is a query without a question.
-var qtypeLabels = [...]string{"A", "AAAA", "SRV", "PTR", "TXT", "SOA", "NS", "ANY", "other", "none"}
+// qtypeLabels bound the qtype label to the types this server answers
+// (qtypeCodes, in the same order), then "other", then "none" for a query
+// without a question.
+var (
+	qtypeCodes  = [...]int{int(dns.TypeA), int(dns.TypeAAAA), int(dns.TypeSRV), int(dns.TypePTR), int(dns.TypeTXT), int(dns.TypeSOA), int(dns.TypeNS), int(dns.TypeANY)}
+	qtypeLabels = [...]string{"A", "AAAA", "SRV", "PTR", "TXT", "SOA", "NS", "ANY", "other", "none"}
+)
 
+// qtypeIndex is the position of the label of qtype t (-1: no question).
 func qtypeIndex(t int) int {
-	switch t {
-	case -1:
-		return 9
-	case int(dns.TypeA):
-		return 0
-	case int(dns.TypeAAAA):
-		return 1
-	case int(dns.TypeSRV):
-		return 2
-	case int(dns.TypePTR):
-		return 3
-	case int(dns.TypeTXT):
-		return 4
-	case int(dns.TypeSOA):
-		return 5
-	case int(dns.TypeNS):
-		return 6
-	case int(dns.TypeANY):
-		return 7
+	if t < 0 {
+		return len(qtypeLabels) - 1
 	}
-	return 8
+	for i, c := range qtypeCodes {
+		if c == t {
+			return i
+		}
+	}
+	return len(qtypeCodes)
 }
 
 // rcodeSlots: rcodes 0-23 have a series each, the rest share "other".

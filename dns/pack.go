@@ -426,22 +426,11 @@ func soaSerialOffset(b []byte) int {
 }
 
 // skipName returns the offset after the (possibly compressed) name at off.
-func skipName(b []byte, off int) int {
-	for off < len(b) {
-		l := int(b[off])
-		switch {
-		case l == 0:
-			return off + 1
-		case l&0xC0 == 0xC0:
-			return off + 2
-		}
-		off += 1 + l
-	}
-	return len(b)
-}
+func skipName(b []byte, off int) int { return namePointers(b, off, nil) }
 
-// namePointers calls f with the offset of every compression pointer in
-// the name at off, and returns the offset after it.
+// namePointers calls f (unless nil) with the offset of the compression
+// pointer that ends the name at off, if any, and returns the offset after
+// the name.
 func namePointers(b []byte, off int, f func(int)) int {
 	for off < len(b) {
 		l := int(b[off])
@@ -449,7 +438,9 @@ func namePointers(b []byte, off int, f func(int)) int {
 		case l == 0:
 			return off + 1
 		case l&0xC0 == 0xC0:
-			f(off)
+			if f != nil {
+				f(off)
+			}
 			return off + 2
 		}
 		off += 1 + l

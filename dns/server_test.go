@@ -330,18 +330,24 @@ func answerProblems(t testing.TB, r row, resp *dns.Msg) []string {
 	return out
 }
 
+// checkNames checks that name(in) is want for each (in, want) of cases.
+func checkNames(t *testing.T, fn string, name func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := name(in); got != want {
+			t.Errorf("%s(%s) = %q, want %q", fn, in, got, want)
+		}
+	}
+}
+
 func TestDashedAddr(t *testing.T) {
-	for addr, want := range map[string]string{
+	checkNames(t, "dashedAddr", func(s string) string { return dashedAddr(netip.MustParseAddr(s)) }, map[string]string{
 		"10.1.2.3":    "10-1-2-3",
 		"2001:db8::1": "2001-db8--1",
 		"fd00::":      "fd00--0",
 		"::1":         "0--1",
 		"::":          "0--0",
-	} {
-		if got := dashedAddr(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("dashedAddr(%s) = %q, want %q", addr, got, want)
-		}
-	}
+	})
 }
 
 func TestServeBigHeadlessTruncatesOverUDPAndAnswersOverTCP(t *testing.T) {
@@ -775,18 +781,14 @@ func TestServeReverseZones(t *testing.T) {
 }
 
 func TestReverseZone(t *testing.T) {
-	for cidr, want := range map[string]string{
+	checkNames(t, "reverseZone", func(s string) string { return reverseZone(netip.MustParsePrefix(s)) }, map[string]string{
 		"243.0.0.0/8":   "243.in-addr.arpa.",
 		"10.96.0.0/12":  "10.in-addr.arpa.",
 		"10.96.1.0/24":  "1.96.10.in-addr.arpa.",
 		"fd00:243::/48": "0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa.",
 		"fd00::/7":      "f.ip6.arpa.",
 		"fd00::/8":      "d.f.ip6.arpa.",
-	} {
-		if got := reverseZone(netip.MustParsePrefix(cidr)); got != want {
-			t.Errorf("reverseZone(%s) = %q, want %q", cidr, got, want)
-		}
-	}
+	})
 }
 
 // RFC 2181 section 9: TC is set when the answer or authority section is
