@@ -1,7 +1,10 @@
 package dns
 
 import (
+	"context"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -122,6 +125,84 @@ func BenchmarkFastPath(b *testing.B) {
 			w := &fakeWriter{}
 			for b.Loop() {
 				srv.serveSlowUDP(query, w)
+			}
+		})
+	}
+}
+
+// Queries that arrive together are read and answered in batches; each gets
+// its own answer, to its own address, whichever path answers it.
+func TestServeQueriesArrivingTogether(t *testing.T) {
+	for _, network := range []string{"udp4", "udp6"} {
+		t.Run(network, func(t *testing.T) {
+			addr := "127.0.0.1:0"
+			if network == "udp6" {
+				addr = "[::1]:0"
+			}
+			pc, err := net.ListenPacket(network, addr)
+			if err != nil {
+				t.Skipf("no %s loopback: %v", network, err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := fuzzServer(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx, pc, ln) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			})
+
+			c, err := net.Dial(network, pc.LocalAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Two sockets' worth of queries, fast and full path mixed: every
+			// fourth asks ANY, which only the full path answers.
+			const n = 64
+			want := map[uint16]string{}
+			for i := range n {
+				q := fastQueries[i%len(fastQueries)]
+				if i%4 == 3 {
+					q.qtype = dns.TypeANY
+				}
+				m := query(q.name, q.qtype)
+				m.Id = uint16(i + 1)
+				b, err := m.Pack()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[m.Id] = dns.TypeToString[q.qtype] + " " + q.name
+				if _, err := c.Write(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Only guards against a hung test.
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+			buf := make([]byte, dns.MaxMsgSize)
+			for range n {
+				k, err := c.Read(buf)
+				if err != nil {
+					t.Fatalf("%d answers missing: %v", len(want), err)
+				}
+				resp := new(dns.Msg)
+				if err := resp.Unpack(buf[:k]); err != nil {
+					t.Fatal(err)
+				}
+				q, ok := want[resp.Id]
+				if !ok {
+					t.Fatalf("answer to no query, or a second one: id %d", resp.Id)
+				}
+				if got := dns.TypeToString[resp.Question[0].Qtype] + " " + resp.Question[0].Name; got != q {
+					t.Errorf("id %d asked %s, answered %s", resp.Id, q, got)
+				}
+				delete(want, resp.Id)
 			}
 		})
 	}

@@ -84,8 +84,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // ListenUDP opens runtime.GOMAXPROCS(0) UDP sockets on addr with
-// SO_REUSEPORT (one when addr's port is 0: the others could not share an
-// ephemeral port), for ServeUDP.
+// SO_REUSEPORT (on Linux; one socket elsewhere), for ServeUDP.
 func ListenUDP(ctx context.Context, addr string) ([]net.PacketConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -96,11 +95,17 @@ func ListenUDP(ctx context.Context, addr string) ([]net.PacketConn, error) {
 		}
 		return serr
 	}}
+	if soReusePort == 0 {
+		lc.Control = nil
+	}
 	first, err := lc.ListenPacket(ctx, "udp", addr)
 	if err != nil {
 		return nil, err
 	}
 	pcs := []net.PacketConn{first}
+	if soReusePort == 0 {
+		return pcs, nil
+	}
 	// The other sockets bind the port the first one got.
 	bound := first.LocalAddr().String()
 	for len(pcs) < runtime.GOMAXPROCS(0) {
@@ -142,7 +147,11 @@ func (s *Server) serve(ctx context.Context, pcs []net.PacketConn, ln net.Listene
 	for _, pc := range pcs {
 		for range readers {
 			r := s.newUDPReader(pc)
-			go func() { errc <- r.serve() }()
+			if b := newBatchReader(r); b != nil {
+				go func() { errc <- b.serve() }()
+			} else {
+				go func() { errc <- r.serve() }()
+			}
 		}
 	}
 
@@ -354,6 +363,3 @@ func (s *Server) resolve(m *dns.Msg, q dns.Question, turn func() uint64) {
 	}
 	s.answer(m, q, qn, turn)
 }
-
-// soReusePort is SO_REUSEPORT on Linux, which package syscall leaves out.
-const soReusePort = 0xf

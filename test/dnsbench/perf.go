@@ -189,7 +189,7 @@ func benchmark(servers []*server, o options, dir string, load []kind) error {
 		singles = append(singles, single{want.short, f, "udp"})
 	}
 	singles = append(singles, single{"mixed, TCP", mixFile, "tcp"})
-	d := max(2*time.Second, o.duration/3)
+	d := max(2*time.Second, (o.duration / 3).Round(time.Second))
 	fmt.Printf("\neach kind alone (dnsperf, UDP unless noted), %v per server, one run each, alternating which server goes first\n", d)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "kind\tmcsd QPS\tCoreDNS QPS\tratio\tmcsd q/CPU-s\tCoreDNS q/CPU-s\tratio\tmcsd lost\tCoreDNS lost\tload average\t")
