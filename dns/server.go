@@ -200,6 +200,10 @@ func (s *Server) newListener() *dns.Server {
 		Handler:        s,
 		MsgAcceptFunc:  acceptQuery,
 		MsgInvalidFunc: func([]byte, error) { s.metrics.malformed.Inc() },
+		// As many queries per TCP connection as the client sends (miekg/dns
+		// closes it after 128 by default, losing the queries a pipelining
+		// client has in flight), as CoreDNS does.
+		MaxTCPQueries: -1,
 	}
 }
 
