@@ -178,7 +178,7 @@ func (b *batchReader) answer(i int) {
 		start = time.Now()
 	}
 	if m.hdr.Flags&unix.MSG_TRUNC == 0 {
-		if n, fq, rcode, ok := s.fastAnswer(q, b.answers[i]); ok {
+		if n, fq, rcode, ok := s.fastAnswer(q, b.answers[i], false); ok {
 			o := &b.out[b.pending]
 			o.hdr.Name = m.hdr.Name
 			o.hdr.Namelen = m.hdr.Namelen
@@ -193,7 +193,7 @@ func (b *batchReader) answer(i int) {
 			return
 		}
 	}
-	s.serveSlowUDP(q, &udpWriter{r: b.udpReader, to: from, addr: net.UDPAddrFromAddrPort(from)})
+	s.serveSlow(q, &udpWriter{r: b.udpReader, to: from, addr: net.UDPAddrFromAddrPort(from)})
 }
 
 // sockaddrAddrPort reads a struct sockaddr_in or sockaddr_in6.

@@ -139,10 +139,10 @@ func parseFast(q []byte) (fq fastQuery, ok bool) {
 	return fq, true
 }
 
-// fastAnswer writes the answer to q into out and returns its length and
-// rcode, or ok=false when the full path must answer. out must hold
-// dns.MaxMsgSize bytes.
-func (s *Server) fastAnswer(q, out []byte) (n int, fq fastQuery, rcode int, ok bool) {
+// fastAnswer writes the answer to q, received over TCP or UDP, into out and
+// returns its length and rcode, or ok=false when the full path must answer.
+// out must hold Config.MaxUDPSize bytes.
+func (s *Server) fastAnswer(q, out []byte, tcp bool) (n int, fq fastQuery, rcode int, ok bool) {
 	p := s.index.packed.Load()
 	if p == nil || p.owner.Load() != s || !s.index.Synced() {
 		return 0, fq, 0, false
@@ -160,11 +160,13 @@ func (s *Server) fastAnswer(q, out []byte) (n int, fq fastQuery, rcode int, ok b
 		}
 		key[i] = c
 	}
-	limit := dns.MaxMsgSize // not reached: packed answers fit MaxUDPSize
-	if fq.edns {
+	// The answer, without OPT, must fit this.
+	limit := dns.MinMsgSize
+	switch {
+	case tcp:
+		limit = len(out) - optLen
+	case fq.edns:
 		limit = min(fq.size, s.cfg.MaxUDPSize) - optLen
-	} else {
-		limit = dns.MinMsgSize
 	}
 	var a *packedAnswer
 	if e := p.table.get(key); e != nil {
@@ -252,7 +254,7 @@ type udpReader struct {
 }
 
 func (s *Server) newUDPReader(pc net.PacketConn) *udpReader {
-	r := &udpReader{s: s, conn: pc, in: make([]byte, dns.MaxMsgSize), out: make([]byte, dns.MaxMsgSize)}
+	r := &udpReader{s: s, conn: pc, in: make([]byte, dns.MaxMsgSize), out: make([]byte, s.cfg.MaxUDPSize)}
 	r.udp, _ = pc.(*net.UDPConn)
 	return r
 }
@@ -293,16 +295,16 @@ func (r *udpReader) handle(q []byte, from netip.AddrPort, addr net.Addr) {
 	if timed {
 		start = time.Now()
 	}
-	n, fq, rcode, ok := s.fastAnswer(q, r.out)
+	n, fq, rcode, ok := s.fastAnswer(q, r.out, false)
 	if !ok {
 		if addr == nil {
 			addr = net.UDPAddrFromAddrPort(from)
 		}
-		s.serveSlowUDP(q, &udpWriter{r: r, to: from, addr: addr})
+		s.serveSlow(q, &udpWriter{r: r, to: from, addr: addr})
 		return
 	}
-	r.write(r.out[:n], from, addr)
 	s.metrics.count(int(fq.qtype), rcode)
+	r.write(r.out[:n], from, addr)
 	if timed {
 		s.metrics.duration.Observe(time.Since(start).Seconds())
 	}
@@ -320,9 +322,9 @@ func (r *udpReader) write(b []byte, to netip.AddrPort, addr net.Addr) {
 	}
 }
 
-// serveSlowUDP answers a datagram the fast path does not take, as the
-// miekg/dns server would: its header check, parsing, then ServeDNS.
-func (s *Server) serveSlowUDP(q []byte, w dns.ResponseWriter) {
+// serveSlow answers a query the fast path does not take, as the miekg/dns
+// server would: its header check, parsing, then ServeDNS.
+func (s *Server) serveSlow(q []byte, w dns.ResponseWriter) {
 	if len(q) < headerLen {
 		// No header to answer to.
 		s.metrics.malformed.Inc()

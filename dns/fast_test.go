@@ -3,6 +3,7 @@ package dns
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,8 +31,10 @@ func TestFastPathTakesCommonQueries(t *testing.T) {
 	out := make([]byte, dns.MaxMsgSize)
 	for _, q := range fastQueries {
 		for _, edns := range []bool{false, true} {
-			if _, _, _, ok := srv.fastAnswer(packQuery(t, q.name, q.qtype, edns), out); !ok {
-				t.Errorf("the fast path does not take %s %s (EDNS0 %v)", q.name, dns.TypeToString[q.qtype], edns)
+			for _, tcp := range []bool{false, true} {
+				if _, _, _, ok := srv.fastAnswer(packQuery(t, q.name, q.qtype, edns), out, tcp); !ok {
+					t.Errorf("the fast path does not take %s %s (EDNS0 %v, TCP %v)", q.name, dns.TypeToString[q.qtype], edns, tcp)
+				}
 			}
 		}
 	}
@@ -40,7 +43,7 @@ func TestFastPathTakesCommonQueries(t *testing.T) {
 		{"example.com.", dns.TypeA},
 		{"clusterset.local.", dns.TypeSOA},
 	} {
-		if _, _, _, ok := srv.fastAnswer(packQuery(t, q.name, q.qtype, false), out); ok {
+		if _, _, _, ok := srv.fastAnswer(packQuery(t, q.name, q.qtype, false), out, false); ok {
 			t.Errorf("the fast path takes %s %s, which it leaves to the full path", q.name, dns.TypeToString[q.qtype])
 		}
 	}
@@ -53,7 +56,7 @@ func TestFastPathFollowsTheIndex(t *testing.T) {
 	out := make([]byte, dns.MaxMsgSize)
 	ask := func() *dns.Msg {
 		t.Helper()
-		n, _, _, ok := srv.fastAnswer(packQuery(t, "web.prod.svc.clusterset.local.", dns.TypeA, false), out)
+		n, _, _, ok := srv.fastAnswer(packQuery(t, "web.prod.svc.clusterset.local.", dns.TypeA, false), out, false)
 		if !ok {
 			t.Fatal("the fast path does not take web A")
 		}
@@ -83,9 +86,9 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 	out := make([]byte, dns.MaxMsgSize)
 	for _, q := range fastQueries {
 		b := packQuery(t, q.name, q.qtype, true)
-		srv.fastAnswer(b, out) // counters are resolved on first use
+		srv.fastAnswer(b, out, false) // counters are resolved on first use
 		if n := testing.AllocsPerRun(100, func() {
-			_, fq, rcode, _ := srv.fastAnswer(b, out)
+			_, fq, rcode, _ := srv.fastAnswer(b, out, false)
 			srv.metrics.count(int(fq.qtype), rcode)
 		}); n != 0 {
 			t.Errorf("%s %s: %v allocations per query", q.name, dns.TypeToString[q.qtype], n)
@@ -113,7 +116,7 @@ func BenchmarkFastPath(b *testing.B) {
 		b.Run(q.kind, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, fq, rcode, ok := srv.fastAnswer(query, out)
+				_, fq, rcode, ok := srv.fastAnswer(query, out, false)
 				if !ok {
 					b.Fatal("not on the fast path")
 				}
@@ -124,28 +127,33 @@ func BenchmarkFastPath(b *testing.B) {
 			b.ReportAllocs()
 			w := &fakeWriter{}
 			for b.Loop() {
-				srv.serveSlowUDP(query, w)
+				srv.serveSlow(query, w)
 			}
 		})
 	}
 }
 
-// Queries that arrive together are read and answered in batches; each gets
-// its own answer, to its own address, whichever path answers it.
+// Queries that arrive together, over UDP or one after the other on a TCP
+// connection, are read and answered in batches; each gets its own answer,
+// to its own address, whichever path answers it.
 func TestServeQueriesArrivingTogether(t *testing.T) {
-	for _, network := range []string{"udp4", "udp6"} {
+	for _, network := range []string{"udp4", "udp6", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			addr := "127.0.0.1:0"
 			if network == "udp6" {
 				addr = "[::1]:0"
 			}
-			pc, err := net.ListenPacket(network, addr)
+			pc, err := net.ListenPacket(strings.Replace(network, "tcp", "udp4", 1), addr)
 			if err != nil {
 				t.Skipf("no %s loopback: %v", network, err)
 			}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
+			}
+			server := pc.LocalAddr().String()
+			if network == "tcp" {
+				server = ln.Addr().String()
 			}
 			srv := fuzzServer(t)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -158,12 +166,14 @@ func TestServeQueriesArrivingTogether(t *testing.T) {
 				}
 			})
 
-			c, err := net.Dial(network, pc.LocalAddr().String())
+			nc, err := net.Dial(network, server)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
-			// Two sockets' worth of queries, fast and full path mixed: every
+			defer nc.Close()
+			// Over TCP, queries follow each other on the connection.
+			c := &dns.Conn{Conn: nc}
+			// Batches' worth of queries, fast and full path mixed: every
 			// fourth asks ANY, which only the full path answers.
 			const n = 64
 			want := map[uint16]string{}
@@ -174,26 +184,17 @@ func TestServeQueriesArrivingTogether(t *testing.T) {
 				}
 				m := query(q.name, q.qtype)
 				m.Id = uint16(i + 1)
-				b, err := m.Pack()
-				if err != nil {
-					t.Fatal(err)
-				}
 				want[m.Id] = dns.TypeToString[q.qtype] + " " + q.name
-				if _, err := c.Write(b); err != nil {
+				if err := c.WriteMsg(m); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// Only guards against a hung test.
 			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-			buf := make([]byte, dns.MaxMsgSize)
 			for range n {
-				k, err := c.Read(buf)
+				resp, err := c.ReadMsg()
 				if err != nil {
 					t.Fatalf("%d answers missing: %v", len(want), err)
-				}
-				resp := new(dns.Msg)
-				if err := resp.Unpack(buf[:k]); err != nil {
-					t.Fatal(err)
 				}
 				q, ok := want[resp.Id]
 				if !ok {

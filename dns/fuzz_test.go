@@ -144,20 +144,18 @@ func FuzzServeDNS(f *testing.F) {
 	}
 	f.Add([]byte{0xbe, 0xef, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff}, false)
 
-	out := make([]byte, dns.MaxMsgSize)
+	out := make([]byte, DefaultMaxUDPSize)
 	f.Fuzz(func(t *testing.T, b []byte, tcp bool) {
 		const turn = 7
-		if !tcp {
-			srv.rotation.Store(turn)
-			n, _, _, fast := srv.fastAnswer(b, out)
-			srv.rotation.Store(turn)
-			w := &fakeWriter{}
-			srv.serveSlowUDP(b, w)
-			if fast && !bytes.Equal(out[:n], w.b) {
-				fastMsg, fullMsg := new(dns.Msg), new(dns.Msg)
-				fastErr, fullErr := fastMsg.Unpack(out[:n]), fullMsg.Unpack(w.b)
-				t.Fatalf("the fast path's answer differs from the full path's\nfast (%v):\n%x\n%v\nfull (%v):\n%x\n%v", fastErr, out[:n], fastMsg, fullErr, w.b, fullMsg)
-			}
+		srv.rotation.Store(turn)
+		n, _, _, fast := srv.fastAnswer(b, out, tcp)
+		srv.rotation.Store(turn)
+		fw := &fakeWriter{tcp: tcp}
+		srv.serveSlow(b, fw)
+		if fast && !bytes.Equal(out[:n], fw.b) {
+			fastMsg, fullMsg := new(dns.Msg), new(dns.Msg)
+			fastErr, fullErr := fastMsg.Unpack(out[:n]), fullMsg.Unpack(fw.b)
+			t.Fatalf("the fast path's answer differs from the full path's (TCP %v)\nfast (%v):\n%x\n%v\nfull (%v):\n%x\n%v", tcp, fastErr, out[:n], fastMsg, fullErr, fw.b, fullMsg)
 		}
 
 		req := new(dns.Msg)

@@ -133,17 +133,14 @@ func (s *Server) ServeUDP(ctx context.Context, pcs []net.PacketConn, ln net.List
 }
 
 func (s *Server) serve(ctx context.Context, pcs []net.PacketConn, ln net.Listener) error {
-	tcp := s.newListener()
-	tcp.Listener = ln
-	started := make(chan struct{})
-	tcp.NotifyStartedFunc = func() { close(started) }
 	readers := 1
 	if len(pcs) == 1 {
 		readers = runtime.GOMAXPROCS(0)
 	}
 	running := 1 + readers*len(pcs)
 	errc := make(chan error, running)
-	go func() { errc <- tcp.ActivateAndServe() }()
+	tcp := newTCPListener(s, ln)
+	go func() { errc <- tcp.serve() }()
 	for _, pc := range pcs {
 		for range readers {
 			r := s.newUDPReader(pc)
@@ -154,57 +151,31 @@ func (s *Server) serve(ctx context.Context, pcs []net.PacketConn, ln net.Listene
 			}
 		}
 	}
+	// The sockets are bound: queries are answered from here on.
+	s.serving.Store(true)
+	s.logger.Info("Serving DNS", "zone", s.cfg.Zone, "udp", pcs[0].LocalAddr(), "udpSockets", len(pcs), "tcp", ln.Addr())
 
 	var err error
-	tcpStarted := false
-wait:
-	for {
-		select {
-		case <-started:
-			started = nil
-			tcpStarted = true
-			s.serving.Store(true)
-			s.logger.Info("Serving DNS", "zone", s.cfg.Zone, "udp", pcs[0].LocalAddr(), "udpSockets", len(pcs), "tcp", ln.Addr())
-		case err = <-errc:
-			running--
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			err = fmt.Errorf("dns: serving: %w", err)
-			break wait
-		case <-ctx.Done():
-			break wait
+	select {
+	case err = <-errc:
+		running--
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
 		}
+		err = fmt.Errorf("dns: serving: %w", err)
+	case <-ctx.Done():
 	}
 
 	s.serving.Store(false)
-	if tcpStarted {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tcp.ShutdownContext(stopCtx)
-	}
-	// Closing the sockets ends the readers, and a TCP serve loop that had
-	// not started.
+	// Closing the sockets ends the readers and the TCP connections.
 	for _, pc := range pcs {
 		_ = pc.Close()
 	}
-	_ = ln.Close()
+	tcp.close()
 	for ; running > 0; running-- {
 		<-errc
 	}
 	return err
-}
-
-func (s *Server) newListener() *dns.Server {
-	return &dns.Server{
-		Handler:        s,
-		MsgAcceptFunc:  acceptQuery,
-		MsgInvalidFunc: func([]byte, error) { s.metrics.malformed.Inc() },
-		// As many queries per TCP connection as the client sends (miekg/dns
-		// closes it after 128 by default, losing the queries a pipelining
-		// client has in flight), as CoreDNS does.
-		MaxTCPQueries: -1,
-	}
 }
 
 // acceptQuery is miekg/dns's default check of a message header, without
@@ -228,11 +199,18 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if timed {
 		start = time.Now()
 	}
-	rcode := dns.RcodeServerFailure
+	qtype := -1
+	if len(r.Question) > 0 {
+		qtype = int(r.Question[0].Qtype)
+	}
+	counted := false
 	defer func() {
 		if p := recover(); p != nil {
 			s.metrics.panics.Inc()
 			s.logger.Error(fmt.Errorf("panic: %v", p), "Answering a DNS query panicked; answering SERVFAIL", "question", r.Question, "stack", string(debug.Stack()))
+			if !counted {
+				s.metrics.count(qtype, dns.RcodeServerFailure)
+			}
 			m := new(dns.Msg)
 			m.SetRcode(r, dns.RcodeServerFailure)
 			func() {
@@ -241,17 +219,14 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 				_ = w.WriteMsg(m)
 			}()
 		}
-		qtype := -1
-		if len(r.Question) > 0 {
-			qtype = int(r.Question[0].Qtype)
-		}
-		s.metrics.count(qtype, rcode)
 		if timed {
 			s.metrics.duration.Observe(time.Since(start).Seconds())
 		}
 	}()
 	m := s.reply(r, isUDP(w))
-	rcode = m.Rcode
+	// Counted before it is sent: whoever reads the answer sees it counted.
+	s.metrics.count(qtype, m.Rcode)
+	counted = true
 	b, err := s.pack(m, r)
 	if err == nil {
 		_, err = w.Write(b)
