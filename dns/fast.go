@@ -3,6 +3,7 @@ package dns
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"time"
@@ -371,14 +372,28 @@ func header(b []byte) dns.Header {
 
 // udpWriter is the ResponseWriter of the full path over UDP.
 type udpWriter struct {
+	noTsig
 	r    *udpReader
 	to   netip.AddrPort
 	addr net.Addr
 }
 
-func (w *udpWriter) LocalAddr() net.Addr  { return w.r.conn.LocalAddr() }
-func (w *udpWriter) RemoteAddr() net.Addr { return w.addr }
-func (w *udpWriter) WriteMsg(m *dns.Msg) error {
+func (w *udpWriter) LocalAddr() net.Addr         { return w.r.conn.LocalAddr() }
+func (w *udpWriter) RemoteAddr() net.Addr        { return w.addr }
+func (w *udpWriter) WriteMsg(m *dns.Msg) error   { return writeMsg(w, m) }
+func (w *udpWriter) Write(b []byte) (int, error) { w.r.write(b, w.to, w.addr); return len(b), nil }
+func (w *udpWriter) Close() error                { return nil }
+
+// noTsig is what the server's ResponseWriters share: no TSIG, and nothing
+// to hijack.
+type noTsig struct{}
+
+func (noTsig) TsigStatus() error   { return nil }
+func (noTsig) TsigTimersOnly(bool) {}
+func (noTsig) Hijack()             {}
+
+// writeMsg packs m and writes it with w.
+func writeMsg(w io.Writer, m *dns.Msg) error {
 	b, err := m.Pack()
 	if err != nil {
 		return err
@@ -386,8 +401,3 @@ func (w *udpWriter) WriteMsg(m *dns.Msg) error {
 	_, err = w.Write(b)
 	return err
 }
-func (w *udpWriter) Write(b []byte) (int, error) { w.r.write(b, w.to, w.addr); return len(b), nil }
-func (w *udpWriter) Close() error                { return nil }
-func (w *udpWriter) TsigStatus() error           { return nil }
-func (w *udpWriter) TsigTimersOnly(bool)         {}
-func (w *udpWriter) Hijack()                     {}

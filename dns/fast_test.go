@@ -1,7 +1,6 @@
 package dns
 
 import (
-	"context"
 	"net"
 	"strings"
 	"testing"
@@ -155,16 +154,7 @@ func TestServeQueriesArrivingTogether(t *testing.T) {
 			if network == "tcp" {
 				server = ln.Addr().String()
 			}
-			srv := fuzzServer(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ctx, pc, ln) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			})
+			serveUntilCleanup(t, fuzzServer(t), pc, ln)
 
 			nc, err := net.Dial(network, server)
 			if err != nil {

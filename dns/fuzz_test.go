@@ -14,6 +14,7 @@ import (
 
 // fakeWriter is a ResponseWriter that keeps what is written.
 type fakeWriter struct {
+	noTsig
 	tcp bool
 	msg *dns.Msg
 	b   []byte
@@ -30,14 +31,7 @@ func (w *fakeWriter) RemoteAddr() net.Addr {
 	return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
 }
 
-func (w *fakeWriter) WriteMsg(m *dns.Msg) error {
-	b, err := m.Pack()
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
-}
+func (w *fakeWriter) WriteMsg(m *dns.Msg) error { return writeMsg(w, m) }
 
 // Write keeps the bytes and, when they parse, the message.
 func (w *fakeWriter) Write(b []byte) (int, error) {
@@ -48,10 +42,7 @@ func (w *fakeWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
-func (w *fakeWriter) Close() error        { return nil }
-func (w *fakeWriter) TsigStatus() error   { return nil }
-func (w *fakeWriter) TsigTimersOnly(bool) {}
-func (w *fakeWriter) Hijack()             {}
+func (w *fakeWriter) Close() error { return nil }
 
 // fuzzServer is the server of FuzzServeDNS and of the fast path's tests:
 // the table tests' data, reverse zones for the clusterset CIDRs, and the

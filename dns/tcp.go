@@ -142,21 +142,15 @@ func (l *tcpListener) serveConn(c net.Conn) {
 
 // tcpWriter is the ResponseWriter of the full path over TCP.
 type tcpWriter struct {
+	noTsig
 	c      net.Conn
 	err    error
 	closed bool
 }
 
-func (w *tcpWriter) LocalAddr() net.Addr  { return w.c.LocalAddr() }
-func (w *tcpWriter) RemoteAddr() net.Addr { return w.c.RemoteAddr() }
-func (w *tcpWriter) WriteMsg(m *dns.Msg) error {
-	b, err := m.Pack()
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
-}
+func (w *tcpWriter) LocalAddr() net.Addr       { return w.c.LocalAddr() }
+func (w *tcpWriter) RemoteAddr() net.Addr      { return w.c.RemoteAddr() }
+func (w *tcpWriter) WriteMsg(m *dns.Msg) error { return writeMsg(w, m) }
 
 // Write sends b with its length before it.
 func (w *tcpWriter) Write(b []byte) (int, error) {
@@ -172,7 +166,4 @@ func (w *tcpWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
-func (w *tcpWriter) Close() error        { w.closed = true; return nil }
-func (w *tcpWriter) TsigStatus() error   { return nil }
-func (w *tcpWriter) TsigTimersOnly(bool) {}
-func (w *tcpWriter) Hijack()             {}
+func (w *tcpWriter) Close() error { w.closed = true; return nil }
