@@ -21,14 +21,27 @@ const (
 	soaExpire  = 86400
 )
 
-// answer fills m with the answer to question q, parsed as qn.
-func (s *Server) answer(m *dns.Msg, q dns.Question, qn question) {
+// maxNameLen is the longest name in presentation format, with its final
+// dot, that fits the 255 octets of a wire-format name (names served here
+// have no escaped characters). Longer names, which a 63-character cluster ID
+// with long hostname, service and namespace names can make, are left out of
+// answers: a resolver rejects a message holding one whole.
+const maxNameLen = 254
+
+// answer fills m with the answer to question q, parsed as qn. turn gives
+// the position multi-address answers start at; it is called once per
+// answer that has two addresses or more to turn.
+func (s *Server) answer(m *dns.Msg, q dns.Question, qn question, turn func() uint64) {
 	m.Authoritative = true
 	t := q.Qtype
+	apex := s.names.origin
+	if qn.zone != "" {
+		apex = qn.zone
+	}
 	switch qn.kind {
 	case kindNone:
-		s.nxdomain(m)
-	case kindApex:
+		s.nxdomain(m, apex)
+	case kindApex, kindReverseApex:
 		if t == dns.TypeSOA || t == dns.TypeANY {
 			m.Answer = append(m.Answer, s.soa(q.Name))
 		}
@@ -48,85 +61,104 @@ func (s *Server) answer(m *dns.Msg, q dns.Question, qn question) {
 		// Names with nothing but names below them: NODATA.
 	case kindNamespace:
 		if !s.index.hasNamespace(qn.namespace) {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 		}
 	case kindService:
 		svc := s.index.service(qn.namespace, qn.service)
 		switch {
 		case svc == nil:
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 		case t == dns.TypeSRV:
-			s.bareSRV(m, q.Name, svc)
+			s.srv(m, q.Name, svc, svc.ports, turn)
 		default:
-			m.Answer = append(m.Answer, s.addrRecords(q.Name, t, s.serviceAddrs(svc, t))...)
+			m.Answer = append(m.Answer, s.addrRecords(q.Name, t, s.serviceAddrs(svc, t, turn))...)
 		}
 	case kindProto:
 		if svc := s.index.service(qn.namespace, qn.service); svc == nil || !svc.hasProto(qn.proto) {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 		}
 	case kindPort:
 		svc := s.index.service(qn.namespace, qn.service)
 		if svc == nil {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 			break
 		}
 		p, ok := svc.port(qn.port, qn.proto)
 		if !ok {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 			break
 		}
 		if t == dns.TypeSRV || t == dns.TypeANY {
-			s.srv(m, q.Name, svc, []servicePort{p})
+			s.srv(m, q.Name, svc, []servicePort{p}, turn)
 		}
 	case kindCluster:
 		// Above the hostnames of a cluster's endpoints, but with no records
 		// of its own: the spec forbids names that single out one cluster's
 		// backends.
 		if svc := s.index.service(qn.namespace, qn.service); svc == nil || !svc.clusters[qn.cluster] {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 		}
 	case kindEndpoint:
 		svc := s.index.service(qn.namespace, qn.service)
 		if svc == nil {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 			break
 		}
 		h, ok := svc.host(qn.hostname, qn.cluster)
 		if !ok {
-			s.nxdomain(m)
+			s.nxdomain(m, apex)
 			break
 		}
 		m.Answer = append(m.Answer, s.addrRecords(q.Name, t, h.addrs)...)
+	case kindReverseAbove:
+		if !s.index.hasAddressBelow(qn.prefix) {
+			s.nxdomain(m, apex)
+		}
 	case kindReverse:
-		owners := s.index.owners(qn.addr)
-		if len(owners) == 0 {
-			// Not an address this server serves: not authoritative.
+		target, ok := s.ptrTarget(qn.addr)
+		switch {
+		case !ok && qn.zone != "":
+			s.nxdomain(m, apex)
+			return
+		case !ok:
+			// Not an address this server serves, outside its reverse
+			// zones: not authoritative.
 			m.Authoritative = false
 			m.Rcode = dns.RcodeRefused
 			return
 		}
 		if t == dns.TypePTR || t == dns.TypeANY {
-			// Only one PTR record may exist per address (the spec's
-			// Limitations): an address two services share, such as a pod
-			// behind two headless services, gets the first owner's name.
-			m.Answer = append(m.Answer, &dns.PTR{Hdr: s.hdr(q.Name, dns.TypePTR), Ptr: s.targetName(owners[0])})
+			m.Answer = append(m.Answer, &dns.PTR{Hdr: s.hdr(q.Name, dns.TypePTR), Ptr: target})
 		}
-		if len(m.Answer) == 0 {
-			// The address is served, but not with that type. The server is
-			// authoritative for this one name: it is its own apex.
-			m.Ns = append(m.Ns, s.soa(strings.ToLower(q.Name)))
+		if qn.zone == "" {
+			// Outside the server's reverse zones it is authoritative for
+			// this one name only: it is its own apex.
+			apex = strings.ToLower(q.Name)
 		}
-		return
 	}
 	if m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0 {
 		// NODATA: the name exists, without records of that type.
-		m.Ns = append(m.Ns, s.soa(s.names.origin))
+		m.Ns = append(m.Ns, s.soa(apex))
 	}
 }
 
-func (s *Server) nxdomain(m *dns.Msg) {
+// ptrTarget is the name the PTR record of addr points at. Only one PTR
+// record may exist per address (the spec's Limitations): an address two
+// services share, such as a pod behind two headless services, gets the
+// first owner's name that fits in a message.
+func (s *Server) ptrTarget(addr netip.Addr) (string, bool) {
+	for _, o := range s.index.owners(addr) {
+		if name := s.targetName(o); len(name) <= maxNameLen {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// nxdomain makes m a negative answer with the SOA of the zone apex.
+func (s *Server) nxdomain(m *dns.Msg, apex string) {
 	m.Rcode = dns.RcodeNameError
-	m.Ns = append(m.Ns, s.soa(s.names.origin))
+	m.Ns = append(m.Ns, s.soa(apex))
 }
 
 func (s *Server) hdr(name string, t uint16) dns.RR_Header {
@@ -139,7 +171,7 @@ func (s *Server) soa(apex string) dns.RR {
 	return &dns.SOA{
 		Hdr:     s.hdr(apex, dns.TypeSOA),
 		Ns:      s.names.nsName,
-		Mbox:    "hostmaster." + s.names.origin,
+		Mbox:    s.names.mbox,
 		Serial:  s.index.generation.Load(),
 		Refresh: soaRefresh,
 		Retry:   soaRetry,
@@ -168,7 +200,7 @@ func (s *Server) addrRecords(name string, t uint16, addrs []netip.Addr) []dns.RR
 // and for a ClusterSetIP service without ClusterSetIPs, the ready endpoint
 // addresses in an order that turns with every answer (this cluster's
 // endpoints first for the latter).
-func (s *Server) serviceAddrs(svc *service, t uint16) []netip.Addr {
+func (s *Server) serviceAddrs(svc *service, t uint16, turn func() uint64) []netip.Addr {
 	if t != dns.TypeA && t != dns.TypeAAAA && t != dns.TypeANY {
 		return nil
 	}
@@ -198,8 +230,8 @@ func (s *Server) serviceAddrs(svc *service, t uint16) []netip.Addr {
 	if len(local)+len(remote) < 2 {
 		return append(local, remote...)
 	}
-	turn := s.rotation.Add(1)
-	return append(rotate(local, turn), rotate(remote, turn)...)
+	k := turn()
+	return append(rotate(local, k), rotate(remote, k)...)
 }
 
 // rotate returns addrs starting at position turn (mod its length).
@@ -211,17 +243,13 @@ func rotate(addrs []netip.Addr, turn uint64) []netip.Addr {
 	return append(addrs[k:len(addrs):len(addrs)], addrs[:k]...)
 }
 
-// bareSRV answers an SRV query of <svc>.<ns>.svc.<zone>: every port of the
-// service, one record per distinct (port number, target).
-func (s *Server) bareSRV(m *dns.Msg, name string, svc *service) {
-	s.srv(m, name, svc, svc.ports)
-}
-
 // srv adds the SRV records of the ports to m, each distinct (port number,
 // target) once, with the targets' addresses in the additional section. A
 // ClusterSetIP service's target is its own name; a headless service's
-// targets are its endpoints' <hostname>.<clusterid> names.
-func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort) {
+// targets are its endpoints' <hostname>.<clusterid> names, but for those
+// too long to be a name (maxNameLen). For the bare name
+// <svc>.<ns>.svc.<zone>, ports are all of the service's ports.
+func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort, turn func() uint64) {
 	type record struct {
 		port   uint16
 		target string
@@ -244,11 +272,13 @@ func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort)
 	}
 	for _, p := range ports {
 		if !svc.headless {
-			add(p.number, s.serviceName(svc), func() []netip.Addr { return s.serviceAddrs(svc, dns.TypeANY) })
+			add(p.number, s.serviceName(svc), func() []netip.Addr { return s.serviceAddrs(svc, dns.TypeANY, turn) })
 			continue
 		}
 		for _, h := range svc.hosts {
-			add(p.number, s.hostName(svc, h.hostKey), func() []netip.Addr { return h.addrs })
+			if target := s.hostName(svc, h.hostKey); len(target) <= maxNameLen {
+				add(p.number, target, func() []netip.Addr { return h.addrs })
+			}
 		}
 	}
 	if len(records) == 0 {

@@ -1,8 +1,10 @@
 package dns
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +47,16 @@ type Config struct {
 	// NSAddresses are the addresses of NSName, answered when NSName is in
 	// the zone (none by default: NODATA).
 	NSAddresses []netip.Addr
+	// ReverseCIDRs are the address ranges whose reverse zones (under
+	// in-addr.arpa and ip6.arpa) the server is authoritative for: the
+	// clusterset CIDRs, and any range of endpoint addresses whose PTR records
+	// it should answer. In those zones an address nobody serves is NXDOMAIN
+	// and negative answers carry the zone's SOA. A range that does not end
+	// on a label boundary (an octet for IPv4, a nibble for IPv6) gets the
+	// zone that encloses it: 10.96.0.0/12 -> 10.in-addr.arpa. Outside them
+	// only the served addresses' own reverse names are answered; other
+	// reverse names are REFUSED.
+	ReverseCIDRs []netip.Prefix
 	// MaxUDPSize is the largest answer sent over UDP (default
 	// DefaultMaxUDPSize, at least 512).
 	MaxUDPSize int
@@ -96,6 +108,11 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("dns: NS address %v is not a plain IP address", a)
 		}
 	}
+	for _, p := range cfg.ReverseCIDRs {
+		if !p.IsValid() || p.Addr().Zone() != "" || (p.Addr().Is4() && p.Bits() < 8) || (p.Addr().Is6() && p.Bits() < 4) {
+			return cfg, fmt.Errorf("dns: reverse CIDR %v is not a range of at least /8 (IPv4) or /4 (IPv6)", p)
+		}
+	}
 	if cfg.MaxUDPSize == 0 {
 		cfg.MaxUDPSize = DefaultMaxUDPSize
 	}
@@ -111,4 +128,17 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Logger = klog.Background()
 	}
 	return cfg, nil
+}
+
+// reverseZones are the apexes of the reverse zones of cfg.ReverseCIDRs,
+// each once, longest (innermost) first.
+func (cfg Config) reverseZones() []string {
+	var out []string
+	for _, p := range cfg.ReverseCIDRs {
+		if z := reverseZone(p); !slices.Contains(out, z) {
+			out = append(out, z)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(b), len(a)), cmp.Compare(a, b)) })
+	return out
 }

@@ -104,6 +104,12 @@ func startServer(t testing.TB, idx *Index, cfg Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveUntilCleanup(t, srv, pc, ln)
+	return &testServer{Server: srv, udp: pc.LocalAddr().String(), tcp: ln.Addr().String()}
+}
+
+// serveUntilCleanup serves on pc and ln until the test ends.
+func serveUntilCleanup(t testing.TB, srv *Server, pc net.PacketConn, ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, pc, ln) }()
@@ -113,7 +119,6 @@ func startServer(t testing.TB, idx *Index, cfg Config) *testServer {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testServer{Server: srv, udp: pc.LocalAddr().String(), tcp: ln.Addr().String()}
 }
 
 // exchange sends m over network ("udp" or "tcp") and returns the answer.

@@ -26,10 +26,14 @@ type Index struct {
 	services   syncMap[serviceKey, *service]
 	namespaces syncMap[string, struct{}]        // namespaces with a service that exists in DNS
 	reverse    syncMap[netip.Addr, []ptrTarget] // owners of each served address, sorted
-	synced     atomic.Bool
-	generation atomic.Uint32 // bumped on every change; the SOA serial
-	nServices  atomic.Int64
-	nEndpoints atomic.Int64
+	// reverseAbove are the partial reverse ranges (/8, /16, /24; every
+	// nibble for IPv6) above a served address: names that exist without
+	// records.
+	reverseAbove syncMap[netip.Prefix, struct{}]
+	synced       atomic.Bool
+	generation   atomic.Uint32 // bumped on every change; the SOA serial
+	nServices    atomic.Int64
+	nEndpoints   atomic.Int64
 
 	// Writer state, guarded by mu. Queries never take mu.
 	mu         sync.Mutex
@@ -38,7 +42,11 @@ type Index struct {
 	sliceOwner map[objectKey]serviceKey              // the service each known slice belongs to
 	nsCount    map[string]int
 	ptrOwners  map[netip.Addr][]ptrTarget
+	aboveCount map[netip.Prefix]int
 	logger     klog.Logger
+	// packed are the answers packed ahead of queries, once a server is
+	// attached (see pack.go).
+	packed atomic.Pointer[packTable]
 	// gate, when set, holds back ClusterSetIPs the node's data plane does
 	// not carry yet (see GateVIPs).
 	gate *vipGate
@@ -55,6 +63,7 @@ func NewIndex(logger klog.Logger) *Index {
 		sliceOwner: map[objectKey]serviceKey{},
 		nsCount:    map[string]int{},
 		ptrOwners:  map[netip.Addr][]ptrTarget{},
+		aboveCount: map[netip.Prefix]int{},
 		logger:     logger,
 	}
 }
@@ -83,6 +92,13 @@ func (x *Index) service(namespace, name string) *service {
 // hasNamespace says whether any service of the namespace exists in DNS.
 func (x *Index) hasNamespace(namespace string) bool {
 	_, ok := x.namespaces.load(namespace)
+	return ok
+}
+
+// hasAddressBelow says whether a served address is inside the partial
+// reverse range p.
+func (x *Index) hasAddressBelow(p netip.Prefix) bool {
+	_, ok := x.reverseAbove.load(p)
 	return ok
 }
 
@@ -515,10 +531,15 @@ func (x *Index) publish(key serviceKey) {
 	}
 	for a := range changed {
 		owners := x.ptrOwners[a]
+		_, wasServed := x.reverse.load(a)
 		if len(owners) == 0 {
 			delete(x.ptrOwners, a)
 			x.reverse.delete(a)
+			x.countAbove(a, -1)
 			continue
+		}
+		if !wasServed {
+			x.countAbove(a, 1)
 		}
 		slices.SortFunc(owners, comparePtrTargets)
 		// Publish a copy: the writer's slice changes in place later.
@@ -526,18 +547,40 @@ func (x *Index) publish(key serviceKey) {
 	}
 
 	wasVisible, isVisible := old != nil && old.exists(), cur != nil && cur.exists()
+	nsChanged := false
 	switch {
 	case isVisible && !wasVisible:
 		if x.nsCount[key.namespace]++; x.nsCount[key.namespace] == 1 {
 			x.namespaces.store(key.namespace, struct{}{})
+			nsChanged = true
 		}
 	case wasVisible && !isVisible:
 		if x.nsCount[key.namespace]--; x.nsCount[key.namespace] == 0 {
 			delete(x.nsCount, key.namespace)
 			x.namespaces.delete(key.namespace)
+			nsChanged = true
 		}
 	}
+	x.repack(key, changed, nsChanged)
 	x.generation.Add(1)
+}
+
+// countAbove counts an address in (delta 1) or out of (-1) the partial
+// reverse ranges above it. x.mu must be held.
+func (x *Index) countAbove(a netip.Addr, delta int) {
+	reverseAncestors(a, func(p netip.Prefix) {
+		n := x.aboveCount[p] + delta
+		switch {
+		case n <= 0:
+			delete(x.aboveCount, p)
+			x.reverseAbove.delete(p)
+		case n == 1 && delta > 0:
+			x.aboveCount[p] = n
+			x.reverseAbove.store(p, struct{}{})
+		default:
+			x.aboveCount[p] = n
+		}
+	})
 }
 
 func endpointCount(s *service) int {

@@ -46,6 +46,13 @@ const (
 	kindEndpoint
 	// kindReverse: the full in-addr.arpa or ip6.arpa name of an address.
 	kindReverse
+	// kindReverseApex: the apex of a reverse zone the server is
+	// authoritative for, with its SOA and NS records.
+	kindReverseApex
+	// kindReverseAbove: a partial reverse name inside a reverse zone, between
+	// its apex and the names of addresses; it exists when a served address
+	// is below it.
+	kindReverseAbove
 )
 
 // question is a parsed question name. Which fields are set depends on kind.
@@ -58,6 +65,11 @@ type question struct {
 	port      string // port name, without the leading underscore
 	proto     string // "tcp", "udp" or "sctp", without the leading underscore
 	addr      netip.Addr
+	// prefix is the range a kindReverseAbove name stands for.
+	prefix netip.Prefix
+	// zone is the apex of the reverse zone a reverse name is in (empty when
+	// it is in none of them); negative answers carry its SOA.
+	zone string
 }
 
 // zoneNames are the names that do not depend on the Index.
@@ -65,12 +77,16 @@ type zoneNames struct {
 	origin  string          // the zone, canonical
 	suffix  string          // "." + origin
 	nsName  string          // the NS target, canonical
+	mbox    string          // the SOA's RNAME, hostmaster.<origin>
 	nsIn    bool            // whether nsName is in the zone
 	nsAbove map[string]bool // names strictly between origin and nsName
+	// reverse are the apexes of the reverse zones the server is
+	// authoritative for, canonical, longest first.
+	reverse []string
 }
 
-func newZoneNames(origin, nsName string) zoneNames {
-	z := zoneNames{origin: origin, suffix: "." + origin, nsName: nsName, nsAbove: map[string]bool{}}
+func newZoneNames(origin, nsName string, reverse []string) zoneNames {
+	z := zoneNames{origin: origin, suffix: "." + origin, nsName: nsName, nsAbove: map[string]bool{}, reverse: reverse, mbox: "hostmaster." + origin}
 	z.nsIn = dns.IsSubDomain(origin, nsName)
 	if z.nsIn {
 		for off, end := dns.NextLabel(nsName, 0); !end; off, end = dns.NextLabel(nsName, off) {
@@ -103,7 +119,7 @@ func (z *zoneNames) parse(name string) question {
 		return question{kind: kindOutside}
 	}
 	if !strings.HasSuffix(name, z.suffix) {
-		return parseReverse(name)
+		return z.parseReverse(name)
 	}
 	labels := strings.Split(name[:len(name)-len(z.suffix)], ".")
 	n := len(labels)
@@ -143,50 +159,88 @@ const (
 	reverseV6 = ".ip6.arpa."
 )
 
-// parseReverse parses the full reverse name of one address (four decimal
-// labels under in-addr.arpa, 32 nibbles under ip6.arpa). Anything else,
-// shorter reverse names included, is outside what this server answers.
-func parseReverse(name string) question {
+// parseReverse parses a reverse name. Inside a reverse zone of the server
+// every name is answered: the apex, partial names above the addresses, the
+// full names of addresses (four decimal labels under in-addr.arpa, 32
+// nibbles under ip6.arpa), and NXDOMAIN for anything else. Outside them only
+// the full name of an address is answered, and only while it is served.
+func (z *zoneNames) parseReverse(name string) question {
+	zone := z.reverseZoneOf(name)
+	p, ok := parseReverseName(name)
+	switch {
+	case zone == "" && ok && p.IsSingleIP():
+		return question{kind: kindReverse, addr: p.Addr()}
+	case zone == "":
+		return question{kind: kindOutside}
+	case !ok:
+		return question{kind: kindNone, zone: zone}
+	case name == zone:
+		return question{kind: kindReverseApex, zone: zone}
+	case p.IsSingleIP():
+		return question{kind: kindReverse, addr: p.Addr(), zone: zone}
+	}
+	return question{kind: kindReverseAbove, prefix: p, zone: zone}
+}
+
+// reverseZoneOf returns the apex of the innermost reverse zone holding name,
+// or "".
+func (z *zoneNames) reverseZoneOf(name string) string {
+	for _, apex := range z.reverse {
+		if name == apex || (strings.HasSuffix(name, apex) && name[len(name)-len(apex)-1] == '.') {
+			return apex
+		}
+	}
+	return ""
+}
+
+// parseReverseName parses a reverse name, full or partial, into the range
+// it stands for: one to four decimal labels under in-addr.arpa (without
+// leading zeros), one to 32 nibble labels under ip6.arpa. The arpa names
+// themselves (zero labels) are not ranges.
+func parseReverseName(name string) (netip.Prefix, bool) {
 	if rest, ok := strings.CutSuffix(name, reverseV4); ok {
 		var b [4]byte
-		labels := strings.Split(rest, ".")
-		if len(labels) != 4 {
-			return question{kind: kindOutside}
+		n := strings.Count(rest, ".") + 1
+		if n > 4 {
+			return netip.Prefix{}, false
 		}
-		for i, l := range labels {
+		for i := n - 1; i >= 0; i-- {
+			l, after, _ := strings.Cut(rest, ".")
+			rest = after
 			v, ok := parseOctet(l)
 			if !ok {
-				return question{kind: kindOutside}
+				return netip.Prefix{}, false
 			}
-			b[3-i] = v
+			b[i] = v
 		}
-		return question{kind: kindReverse, addr: netip.AddrFrom4(b)}
+		return netip.PrefixFrom(netip.AddrFrom4(b), 8*n), true
 	}
 	if rest, ok := strings.CutSuffix(name, reverseV6); ok {
-		// 32 nibbles and 31 dots.
-		if len(rest) != 63 {
-			return question{kind: kindOutside}
+		// n nibbles and n-1 dots.
+		if len(rest)%2 != 1 || len(rest) > 63 {
+			return netip.Prefix{}, false
 		}
+		n := (len(rest) + 1) / 2
 		var b [16]byte
-		for i := 0; i < 32; i++ {
-			if i < 31 && rest[2*i+1] != '.' {
-				return question{kind: kindOutside}
+		for i := 0; i < n; i++ {
+			if i < n-1 && rest[2*i+1] != '.' {
+				return netip.Prefix{}, false
 			}
 			v, ok := parseNibble(rest[2*i])
 			if !ok {
-				return question{kind: kindOutside}
+				return netip.Prefix{}, false
 			}
-			// The first label is the lowest nibble of the last byte.
-			pos := 31 - i
+			// The first label is the last nibble of the range.
+			pos := n - 1 - i
 			if pos%2 == 0 {
 				b[pos/2] |= v << 4
 			} else {
 				b[pos/2] |= v
 			}
 		}
-		return question{kind: kindReverse, addr: netip.AddrFrom16(b)}
+		return netip.PrefixFrom(netip.AddrFrom16(b), 4*n), true
 	}
-	return question{kind: kindOutside}
+	return netip.Prefix{}, false
 }
 
 // parseOctet parses a decimal label 0-255 written without leading zeros.
@@ -236,4 +290,47 @@ func reverseName(addr netip.Addr) string {
 		out = append(out, hex[b[i]&0xf], '.', hex[b[i]>>4], '.')
 	}
 	return string(out) + reverseV6[1:]
+}
+
+// reverseZone is the apex of the reverse zone of p: the name of its first
+// bits, rounded down to whole labels (octets under in-addr.arpa, nibbles
+// under ip6.arpa), so a range off a label boundary gets the zone that
+// encloses it.
+func reverseZone(p netip.Prefix) string {
+	p = p.Masked()
+	var sb strings.Builder
+	if p.Addr().Is4() {
+		b := p.Addr().As4()
+		for i := p.Bits()/8 - 1; i >= 0; i-- {
+			sb.WriteString(strconv.Itoa(int(b[i])))
+			sb.WriteByte('.')
+		}
+		sb.WriteString(reverseV4[1:])
+		return sb.String()
+	}
+	const hex = "0123456789abcdef"
+	b := p.Addr().As16()
+	for i := p.Bits()/4 - 1; i >= 0; i-- {
+		v := b[i/2]
+		if i%2 == 0 {
+			v >>= 4
+		}
+		sb.WriteByte(hex[v&0xf])
+		sb.WriteByte('.')
+	}
+	sb.WriteString(reverseV6[1:])
+	return sb.String()
+}
+
+// reverseAncestors calls f with every partial reverse range above addr:
+// /8, /16, /24 for IPv4, /4 to /124 for IPv6.
+func reverseAncestors(addr netip.Addr, f func(netip.Prefix)) {
+	step := 8
+	if addr.Is6() {
+		step = 4
+	}
+	for bits := step; bits < addr.BitLen(); bits += step {
+		p, _ := addr.Prefix(bits)
+		f(p)
+	}
 }

@@ -330,18 +330,24 @@ func answerProblems(t testing.TB, r row, resp *dns.Msg) []string {
 	return out
 }
 
+// checkNames checks that name(in) is want for each (in, want) of cases.
+func checkNames(t *testing.T, fn string, name func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := name(in); got != want {
+			t.Errorf("%s(%s) = %q, want %q", fn, in, got, want)
+		}
+	}
+}
+
 func TestDashedAddr(t *testing.T) {
-	for addr, want := range map[string]string{
+	checkNames(t, "dashedAddr", func(s string) string { return dashedAddr(netip.MustParseAddr(s)) }, map[string]string{
 		"10.1.2.3":    "10-1-2-3",
 		"2001:db8::1": "2001-db8--1",
 		"fd00::":      "fd00--0",
 		"::1":         "0--1",
 		"::":          "0--0",
-	} {
-		if got := dashedAddr(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("dashedAddr(%s) = %q, want %q", addr, got, want)
-		}
-	}
+	})
 }
 
 func TestServeBigHeadlessTruncatesOverUDPAndAnswersOverTCP(t *testing.T) {
@@ -711,5 +717,194 @@ func TestRunListensOnUDPAndTCP(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+func TestServeReverseZones(t *testing.T) {
+	ts := startServer(t, clustersetIndex(t), Config{
+		ReverseCIDRs: []netip.Prefix{
+			netip.MustParsePrefix("243.0.0.0/8"),
+			netip.MustParsePrefix("fd00:243::/48"),
+			// Off an octet boundary: the enclosing zone, 10.in-addr.arpa.
+			netip.MustParsePrefix("10.0.0.0/12"),
+		},
+	})
+	const (
+		v4Zone  = "243.in-addr.arpa."
+		v6Zone  = "0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa."
+		podZone = "10.in-addr.arpa."
+		ptrWeb6 = "0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0." + v6Zone
+	)
+	ptrOutside, _ := dns.ReverseAddr("fd00:10:2::5")
+	ptrUnknownOutside, _ := dns.ReverseAddr("fd00:10:2::99")
+	rows := []row{
+		{name: "PTR of a ClusterSetIP", q: "10.0.0." + v4Zone, qtype: dns.TypePTR,
+			answer: []string{"10.0.0.243.in-addr.arpa. 5 IN PTR web.prod.svc"}},
+		{name: "PTR of an IPv6 ClusterSetIP", q: ptrWeb6, qtype: dns.TypePTR,
+			answer: []string{ptrWeb6 + " 5 IN PTR web.prod.svc"}},
+		{name: "an address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "99.0.0." + v4Zone, qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: v4Zone},
+		{name: "an IPv6 address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "9" + ptrWeb6[1:], qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: v6Zone},
+		{name: "a served address without records of the type: NODATA with the zone's SOA", q: "10.0.0." + v4Zone, qtype: dns.TypeA,
+			authority: v4Zone},
+		{name: "the zone apex has its SOA", q: v4Zone, qtype: dns.TypeSOA,
+			answer: []string{v4Zone + " 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. 0 7200 1800 86400 5"}},
+		{name: "the zone apex has its NS", q: v6Zone, qtype: dns.TypeNS,
+			answer: []string{v6Zone + " 5 IN NS ns.dns.clusterset.local."}},
+		{name: "a partial name above a served address exists", q: "0." + v4Zone, qtype: dns.TypePTR, authority: v4Zone},
+		{name: "a partial name above no served address does not", q: "99." + v4Zone, qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: v4Zone},
+		{name: "octets with leading zeros are no names", q: "010.0.0." + v4Zone, qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: v4Zone},
+		{name: "too many labels are no names", q: "1.10.0.0." + v4Zone, qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: v4Zone},
+		{name: "PTR of a headless endpoint in the enclosing zone of an off-boundary range", q: "1.0.1." + podZone, qtype: dns.TypePTR,
+			answer: []string{"1.0.1.10.in-addr.arpa. 5 IN PTR db-0.c1.db.prod.svc"}},
+		{name: "an endpoint without a name is NXDOMAIN in its zone", q: "1.0.3." + podZone, qtype: dns.TypePTR,
+			rcode: dns.RcodeNameError, authority: podZone},
+		{name: "outside the reverse zones, a served address is still answered", q: ptrOutside, qtype: dns.TypePTR,
+			answer: []string{ptrOutside + " 5 IN PTR fd00-10-2--5.c2.db.prod.svc"}},
+		{name: "outside the reverse zones, NODATA is the name's own", q: ptrOutside, qtype: dns.TypeA, authority: ptrOutside},
+		{name: "outside the reverse zones, other addresses are not ours", q: ptrUnknownOutside, qtype: dns.TypePTR, rcode: dns.RcodeRefused},
+		{name: "a reverse zone's parent is not ours", q: "in-addr.arpa.", qtype: dns.TypeSOA, rcode: dns.RcodeRefused},
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			for _, r := range rows {
+				t.Run(r.name, func(t *testing.T) {
+					checkAnswer(t, r, ts.exchange(t, network, query(r.qname(), r.qtype)))
+				})
+			}
+		})
+	}
+}
+
+func TestReverseZone(t *testing.T) {
+	checkNames(t, "reverseZone", func(s string) string { return reverseZone(netip.MustParsePrefix(s)) }, map[string]string{
+		"243.0.0.0/8":   "243.in-addr.arpa.",
+		"10.96.0.0/12":  "10.in-addr.arpa.",
+		"10.96.1.0/24":  "1.96.10.in-addr.arpa.",
+		"fd00:243::/48": "0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa.",
+		"fd00::/7":      "f.ip6.arpa.",
+		"fd00::/8":      "d.f.ip6.arpa.",
+	})
+}
+
+// RFC 2181 section 9: TC is set when the answer or authority section is
+// incomplete, not when only additional records were left out.
+func TestServeDoesNotTruncateForGlue(t *testing.T) {
+	idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
+	idx.setImport(headlessImport("prod", "db7", port("pg", corev1.ProtocolTCP, 5432)))
+	var eps []discoveryv1.Endpoint
+	for i := range 7 {
+		// 8-character hostnames: the seven SRV records (whose targets are
+		// never compressed) fit 512 bytes, their seven A records do not.
+		eps = append(eps, endpoint(fmt.Sprintf("h%d-xxxxx", i), fmt.Sprintf("10.7.0.%d", i+1)))
+	}
+	idx.setSlice(mcsSlice("prod", "db7-c1", "db7", "c1", eps...))
+	idx.markSynced()
+	ts := startServer(t, idx, Config{})
+	resp := ts.exchange(t, "udp", query("db7.prod.svc.clusterset.local.", dns.TypeSRV))
+	if resp.Truncated || len(resp.Answer) != 7 {
+		t.Fatalf("truncated=%v with %d SRV records; want every SRV record and no TC", resp.Truncated, len(resp.Answer))
+	}
+	if len(resp.Extra) == 0 || len(resp.Extra) >= 7 {
+		t.Errorf("%d glue records, want some but not all (the test's sizes are off)", len(resp.Extra))
+	}
+	resp = ts.exchange(t, "tcp", query("db7.prod.svc.clusterset.local.", dns.TypeSRV))
+	if resp.Truncated || len(resp.Answer) != 7 || len(resp.Extra) != 7 {
+		t.Errorf("over TCP: truncated=%v with %d SRV and %d glue records, want 7 and 7", resp.Truncated, len(resp.Answer), len(resp.Extra))
+	}
+}
+
+// RFC 6891 section 6.1.1: a query with more than one OPT record is
+// answered FORMERR.
+func TestServeTwoOPTRecords(t *testing.T) {
+	ts := startServer(t, clustersetIndex(t), Config{})
+	m := query("web.prod.svc.clusterset.local.", dns.TypeA)
+	m.SetEdns0(1232, false)
+	m.Extra = append(m.Extra, m.Extra[0])
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := rawUDP(t, ts.udp, b); resp.Rcode != dns.RcodeFormatError || len(resp.Answer) != 0 {
+		t.Errorf("rcode %s with %d answers, want FORMERR without answers", rcodeName(resp.Rcode), len(resp.Answer))
+	}
+}
+
+// QCLASS ANY (RFC 1035 section 3.2.5) gets the records of class IN.
+func TestServeClassANY(t *testing.T) {
+	ts := startServer(t, clustersetIndex(t), Config{})
+	for _, network := range []string{"udp", "tcp"} {
+		m := query("web.prod.svc.clusterset.local.", dns.TypeA)
+		m.Question[0].Qclass = dns.ClassANY
+		resp := ts.exchange(t, network, m)
+		if got, want := rrStrings(resp.Answer, false), rrStrings(mustRRs(t, "web.prod.svc 5 IN A 243.0.0.10"), false); resp.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
+			t.Errorf("%s: rcode %s answer %q, want %q", network, rcodeName(resp.Rcode), got, want)
+		}
+		if len(resp.Question) != 1 || resp.Question[0].Qclass != dns.ClassANY {
+			t.Errorf("%s: question not echoed: %v", network, resp.Question)
+		}
+	}
+}
+
+// A name over 253 characters, such as a hostname in a 63-character
+// cluster ID's <hostname>.<clusterid> name, is left out of answers rather
+// than making the whole message one resolvers reject.
+func TestServeLeavesOutNamesTooLong(t *testing.T) {
+	long := func(c string) string { return strings.Repeat(c, 63) }
+	ns, svcName, cluster := long("n"), long("s"), long("c")
+	idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
+	idx.setImport(headlessImport(ns, svcName, port("pg", corev1.ProtocolTCP, 5432)))
+	idx.setSlice(mcsSlice(ns, "far", svcName, cluster, endpoint(long("h"), "10.8.0.1")))
+	idx.setSlice(mcsSlice(ns, "near", svcName, "c1", endpoint("db-0", "10.8.0.2")))
+	idx.markSynced()
+	srv, err := New(Config{Index: idx, Registerer: prometheus.NewRegistry(), Logger: ktesting.NewLogger(t, ktesting.NewConfig()),
+		ReverseCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := svcName + "." + ns + ".svc.clusterset.local."
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  []string
+		rcode int
+	}{
+		{base, dns.TypeSRV, []string{"SRV db-0.c1." + base}, dns.RcodeSuccess},
+		{"_pg._tcp." + base, dns.TypeSRV, []string{"SRV db-0.c1." + base}, dns.RcodeSuccess},
+		{base, dns.TypeA, []string{"A 10.8.0.1", "A 10.8.0.2"}, dns.RcodeSuccess},
+		{"1.0.8.10.in-addr.arpa.", dns.TypePTR, nil, dns.RcodeNameError},
+		{"2.0.8.10.in-addr.arpa.", dns.TypePTR, []string{"PTR db-0.c1." + base}, dns.RcodeSuccess},
+	} {
+		for _, udp := range []bool{true, false} {
+			m := srv.reply(query(tc.name, tc.qtype), udp)
+			b, err := m.Pack()
+			if err != nil {
+				t.Errorf("%s %s: the answer does not pack: %v", tc.name, dns.TypeToString[tc.qtype], err)
+				continue
+			}
+			resp := new(dns.Msg)
+			if err := resp.Unpack(b); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, rr := range resp.Answer {
+				switch rr := rr.(type) {
+				case *dns.SRV:
+					got = append(got, "SRV "+rr.Target)
+				case *dns.A:
+					got = append(got, "A "+rr.A.String())
+				case *dns.PTR:
+					got = append(got, "PTR "+rr.Ptr)
+				}
+			}
+			slices.Sort(got)
+			if resp.Rcode != tc.rcode || !slices.Equal(got, tc.want) {
+				t.Errorf("%s %s: %s %q, want %s %q", tc.name, dns.TypeToString[tc.qtype], rcodeName(resp.Rcode), got, rcodeName(tc.rcode), tc.want)
+			}
+		}
 	}
 }

@@ -51,11 +51,14 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 			TTL:          o.dnsTTL,
 			LocalCluster: clusterID,
 			Listen:       o.dnsListen,
+			// Authoritative for the reverse zones of the clusterset VIPs,
+			// and of the ranges the operator adds (pod CIDRs).
+			ReverseCIDRs: append(o.dnsReverseCIDRs[:len(o.dnsReverseCIDRs):len(o.dnsReverseCIDRs)], o.clusterSetCIDRs...),
 			Index:        dp.dnsIndex,
 			Registerer:   reg,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("--dns-zone/--dns-ttl/--dns-listen: %w", err)
+			return nil, fmt.Errorf("--dns-zone/--dns-ttl/--dns-listen/--dns-reverse-cidrs: %w", err)
 		}
 		dp.dnsServer = srv
 	}

@@ -79,6 +79,10 @@ type options struct {
 	preferLocal   bool
 	healthTimeout time.Duration
 
+	// dnsReverseCIDRs are ranges, besides clusterSetCIDRs, whose reverse
+	// zones the DNS server is authoritative for.
+	dnsReverseCIDRs []netip.Prefix
+
 	metricsAddress string
 	healthAddress  string
 }
@@ -86,6 +90,8 @@ type options struct {
 // rawFlags holds flag values that need parsing after flag.Parse.
 type rawFlags struct {
 	components, clusterSetCIDRs, clusterVIPCIDRs, ipFamilies, podCIDRs, masqMark string
+
+	dnsReverseCIDRs string
 }
 
 func (o *options) register(fs *flag.FlagSet) *rawFlags {
@@ -124,6 +130,7 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 	fs.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
 	fs.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
 	fs.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
+	fs.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 	fs.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
 
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
@@ -257,6 +264,18 @@ func (o *options) complete(raw *rawFlags) error {
 		}
 		if o.dnsTTL < time.Second || o.dnsTTL > 24*time.Hour {
 			bad("dns-ttl", "%v is out of range; use 1s to 24h", o.dnsTTL)
+		}
+		o.dnsReverseCIDRs = nil
+		for _, part := range splitList(raw.dnsReverseCIDRs) {
+			p, err := netip.ParsePrefix(part)
+			switch {
+			case err != nil:
+				bad("dns-reverse-cidrs", "%q is not a CIDR: %v", part, err)
+			case p.Bits() < 8 && p.Addr().Is4(), p.Bits() < 4:
+				bad("dns-reverse-cidrs", "%s is wider than a reverse zone's first label (/8 for IPv4, /4 for IPv6)", p)
+			default:
+				o.dnsReverseCIDRs = append(o.dnsReverseCIDRs, p.Masked())
+			}
 		}
 	}
 	if o.netns != "" {

@@ -47,6 +47,8 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{"a renew deadline past the lease", []string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
 		{"a DNS address without a port", []string{"--dns-listen=127.0.0.1"}, "--dns-listen"},
 		{"a DNS TTL out of range", []string{"--dns-ttl=0s"}, "--dns-ttl"},
+		{"a DNS reverse range that is not a CIDR", []string{"--dns-reverse-cidrs=10.0.0.0"}, "--dns-reverse-cidrs"},
+		{"a DNS reverse range wider than a zone", []string{"--dns-reverse-cidrs=0.0.0.0/4"}, "--dns-reverse-cidrs"},
 		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families"},
 		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark"},
 		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs"},

@@ -1,11 +1,15 @@
 // Command dnsbench compares mcsd's DNS server with CoreDNS's kubernetes
 // plugin in multicluster mode: same API server, same ServiceImports and MCS
-// EndpointSlices, same query mix from the same load generator, each server
-// pinned to one core. It prints queries per second and latency for both,
-// and for every kind of query in the mix where their answers differ and
-// which one the MCS DNS specification supports. It prints numbers; it never
-// passes or fails on them. It needs root (the harness) and taskset, and
-// sends traffic only to 127.0.0.1.
+// EndpointSlices, same query mix, each server pinned to one core with
+// metrics on, the load on the other core. It prints, for every kind of
+// query in the mix, where their answers differ and which one the MCS DNS
+// specification supports; then queries per second and per server
+// CPU-second (dnsperf) and latency percentiles (a Go closed-loop
+// generator) for the mixed load, median and spread of rounds alternating
+// which server goes first; then each main kind of query alone, and the
+// mixed load over TCP. It prints numbers and the load average; it never
+// passes or fails on them. It needs root (the harness), taskset and
+// dnsperf, and sends traffic only to 127.0.0.1.
 //
 //	make bench-dns
 //	go run ./test/dnsbench -coredns PATH [-duration 10s] [-services 1000] [-headless 100] [-endpoints 10]
@@ -41,6 +45,8 @@ type options struct {
 	workers                       int
 	serverCPU, loadCPU            int
 	probesPerKind                 int
+	rounds                        int
+	perfClients, perfOutstanding  int
 	// kinds are the indexes of the kinds of the mix the load asks.
 	kinds string
 }
@@ -57,6 +63,9 @@ func main() {
 	flag.IntVar(&o.serverCPU, "server-cpu", 0, "the core the servers run on")
 	flag.IntVar(&o.loadCPU, "load-cpu", 1, "the core the load generator runs on")
 	flag.IntVar(&o.probesPerKind, "probes", 50, "queries of each kind whose answers are compared")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the mixed load per server, alternating which server goes first")
+	flag.IntVar(&o.perfClients, "perf-clients", 8, "dnsperf's -c: its sockets")
+	flag.IntVar(&o.perfOutstanding, "perf-outstanding", 256, "dnsperf's -q: queries it keeps outstanding")
 	serveMode := flag.Bool("serve-mcsd", false, "internal: serve mcsd's DNS from -kubeconfig on -listen")
 	loadMode := flag.String("load", "", "internal: load the server at this address and print JSON")
 	kubeconfig := flag.String("kubeconfig", "", "internal: for -serve-mcsd")
@@ -110,6 +119,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if _, err := exec.LookPath("taskset"); err != nil {
 		return fmt.Errorf("taskset is needed to pin the servers to a core (apt-get install util-linux): %w", err)
+	}
+	if _, err := exec.LookPath("dnsperf"); err != nil {
+		return fmt.Errorf("dnsperf is needed to load the servers (apt-get install dnsperf): %w", err)
 	}
 	coreVersion, _ := exec.Command(o.coredns, "-version").Output()
 
@@ -167,7 +179,7 @@ func run(ctx context.Context, o options) error {
 	}
 
 	fmt.Printf("\nmcsd DNS vs CoreDNS %s", strings.TrimSpace(string(coreVersion)))
-	fmt.Printf("\nservers on core %d, load generator on core %d, %d queries outstanding, UDP with EDNS0\n", o.serverCPU, o.loadCPU, o.workers)
+	fmt.Printf("\nload average %s\n", loadAverage())
 	// Answers first: a kind of query a server leaves unanswered would stall
 	// the closed-loop load generator for a second each time and measure
 	// timeouts instead of the server, so the load leaves such kinds out.
@@ -188,21 +200,7 @@ func run(ctx context.Context, o options) error {
 	o.kinds = strings.Join(asked, ",")
 	printMix(load)
 
-	results := map[string]loadResult{}
-	for _, s := range servers {
-		if o.warmup > 0 {
-			if _, err := measure(s, o, o.warmup); err != nil {
-				return err
-			}
-		}
-		res, err := measure(s, o, o.duration)
-		if err != nil {
-			return err
-		}
-		results[s.name] = res
-	}
-	printLoad(results, servers)
-	return nil
+	return benchmark(servers, o, cs.Dir, load)
 }
 
 // waitLoaded waits until the server answers the last service of each kind
@@ -274,27 +272,6 @@ func printMix(kinds []kind) {
 		parts = append(parts, fmt.Sprintf("%s %.1f%%", k.label, float64(k.weight)*100/float64(total)))
 	}
 	fmt.Printf("\nload: %s\n", strings.Join(parts, ", "))
-}
-
-func printLoad(results map[string]loadResult, servers []*server) {
-	fmt.Println()
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tQPS\tp50\tp99\tlost\ttruncated\tserver CPU\tqueries per server CPU-second\tload generator CPU\t")
-	for _, s := range servers {
-		r := results[s.name]
-		perCPU := "-"
-		if r.ServerCPU > 0 {
-			perCPU = fmt.Sprintf("%.0f", float64(r.Queries)/r.ServerCPU.Seconds())
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%d\t%d\t%v (%.0f%%)\t%s\t%v (%.0f%%)\t\n", s.name, r.qps(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
-			r.Lost, r.Truncated, r.ServerCPU.Round(10*time.Millisecond), 100*r.ServerCPU.Seconds()/r.Elapsed.Seconds(), perCPU,
-			r.LoadCPU.Round(10*time.Millisecond), 100*r.LoadCPU.Seconds()/r.Elapsed.Seconds())
-	}
-	tw.Flush()
-	m, c := results["mcsd"], results["coredns"]
-	fmt.Printf("mcsd / CoreDNS: QPS %.2fx, p50 %.2fx, p99 %.2fx, queries per server CPU-second %.2fx\n", m.qps()/c.qps(),
-		m.P50.Seconds()/c.P50.Seconds(), m.P99.Seconds()/c.P99.Seconds(),
-		(float64(m.Queries)/m.ServerCPU.Seconds())/(float64(c.Queries)/c.ServerCPU.Seconds()))
 }
 
 // records are the answer section in comparable form, sorted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/clustersetip"
 	mcsdns "github.com/mcsd-io/mcsd/dns"
 )
 
@@ -80,21 +82,27 @@ func (s *server) stop() {
 
 // startCoreDNS runs CoreDNS's kubernetes plugin with the multicluster option,
 // as its README configures it, plus the reverse zones so that it may answer
-// PTR queries if it can.
+// PTR queries if it can, and its prometheus plugin: mcsd's server counts
+// its queries too.
 func startCoreDNS(bin, dir, kubeconfig string, cpu int) (*server, error) {
 	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	corefile := fmt.Sprintf(`.:%s {
     bind %s
+    prometheus %s
     kubernetes cluster.local %s in-addr.arpa ip6.arpa {
         kubeconfig %s
         multicluster %s
     }
 }
-`, port, host, strings.TrimSuffix(zone, "."), kubeconfig, strings.TrimSuffix(zone, "."))
+`, port, host, metricsAddr, strings.TrimSuffix(zone, "."), kubeconfig, strings.TrimSuffix(zone, "."))
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		return nil, err
@@ -132,7 +140,9 @@ func serveMCSD(ctx context.Context, kubeconfig, listen string) error {
 	}
 	logger := klog.Background()
 	idx := mcsdns.NewIndex(logger)
-	srv, err := mcsdns.New(mcsdns.Config{Index: idx, Listen: listen, Registerer: prometheus.NewRegistry(), Logger: logger})
+	// As the daemon configures it with the default --clusterset-cidrs.
+	srv, err := mcsdns.New(mcsdns.Config{Index: idx, Listen: listen, Registerer: prometheus.NewRegistry(), Logger: logger,
+		ReverseCIDRs: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}})
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,23 +17,30 @@ import (
 
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/util/wait"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/netns"
 )
 
-// clusterDNS is a cluster's own DNS, the one that answers cluster.local:
-// the pinned CoreDNS with its kubernetes plugin, as kube-dns is deployed,
-// reading the member's API server. It listens on loopback beside the API
-// server, so it is asked from the test process rather than from a pod.
+// clusterDNS is a cluster's own DNS: the pinned CoreDNS with its kubernetes
+// plugin for cluster.local, as kube-dns is deployed, reading the member's
+// API server, and the server block of manifests/mcsd/coredns-snippet.yaml as
+// an operator adds it, forwarding the clusterset zone and its reverse zones
+// to mcsd. It listens on loopback beside the API server, so it is asked from
+// the test process rather than from a pod; mcsd's DNS listens inside its
+// node's network namespace, so the snippet's forward target is a relay into
+// that namespace (dnsRelay).
 type clusterDNS struct {
 	prog *harness.Program
 	addr string
 }
 
-// startClusterDNS runs CoreDNS for cluster.local of m and waits until it
-// answers from a synced cache.
-func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member) *clusterDNS {
+// startClusterDNS runs CoreDNS for m, forwarding the clusterset zones to
+// the DNS server of d, and waits until it answers from a synced cache.
+func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member, node *harness.Node, d *fixture.Daemon) *clusterDNS {
 	t.Helper()
 	bin, err := coreDNSBinary()
 	if err != nil {
@@ -40,22 +50,31 @@ func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member) *c
 	if err != nil {
 		t.Fatal(err)
 	}
+	relay := startDNSRelay(t, node.NS, d.DNS.String())
+	snippet, err := coreDNSSnippet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster DNS binds loopback only; the snippet's block must share
+	// its listener.
+	snippet = strings.Replace(snippet, "{\n", "{\n    bind 127.0.0.1\n", 1)
+	snippet = strings.ReplaceAll(snippet, "MCSD_DNS_CLUSTER_IP", relay)
 	dir := filepath.Join(cs.Dir, "clusterdns-"+m.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	corefile := fmt.Sprintf(`.:%d {
     bind 127.0.0.1
-    kubernetes cluster.local {
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig %s
     }
 }
-`, port, m.KubeconfigPath)
+%s`, port, m.KubeconfigPath, snippet)
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := cs.StartProgram("clusterdns-"+m.ID, bin, "-conf", path)
+	prog, err := cs.StartProgram("clusterdns-"+m.ID+"-"+strconv.Itoa(port), bin, "-conf", path, "-dns.port", strconv.Itoa(port))
 	if err != nil {
 		t.Fatalf("starting CoreDNS: %v", err)
 	}
@@ -79,10 +98,109 @@ func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member) *c
 }
 
 func (c *clusterDNS) query(name string, qtype uint16) (*dns.Msg, error) {
+	return c.queryOver("udp", name, qtype)
+}
+
+// queryOver asks over network, "udp" or "tcp".
+func (c *clusterDNS) queryOver(network, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
-	resp, _, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).Exchange(m, c.addr)
+	resp, _, err := (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, c.addr)
 	return resp, err
+}
+
+// coreDNSSnippet is the server block of manifests/mcsd/coredns-snippet.yaml.
+func coreDNSSnippet() (string, error) {
+	b, err := os.ReadFile("../../manifests/mcsd/coredns-snippet.yaml")
+	if err != nil {
+		return "", err
+	}
+	// The literal block of data.clusterset.server, indented by four.
+	_, rest, ok := strings.Cut(string(b), "\n  clusterset.server: |\n")
+	if !ok {
+		return "", fmt.Errorf("coredns-snippet.yaml has no clusterset.server")
+	}
+	var block strings.Builder
+	for _, line := range strings.Split(rest, "\n") {
+		l, ok := strings.CutPrefix(line, "    ")
+		if !ok && line != "" {
+			break
+		}
+		block.WriteString(l + "\n")
+	}
+	return strings.TrimSpace(block.String()) + "\n", nil
+}
+
+// startDNSRelay relays DNS over UDP and TCP from a loopback port of the
+// test process to target inside ns, until the test ends, and returns the
+// loopback address.
+func startDNSRelay(t *testing.T, ns *netns.NS, target string) string {
+	t.Helper()
+	var pc net.PacketConn
+	var ln net.Listener
+	for attempt := 0; ; attempt++ {
+		port, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if pc, err = net.ListenPacket("udp", addr); err == nil {
+			if ln, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			pc.Close()
+		}
+		if attempt == 10 {
+			t.Fatalf("no free port for a DNS relay: %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); pc.Close(); ln.Close() })
+	go func() {
+		buf := make([]byte, dns.MaxMsgSize)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := slices.Clone(buf[:n])
+			go func() {
+				c, err := ns.Dial(ctx, "udp", target)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(q); err != nil {
+					return
+				}
+				resp := make([]byte, dns.MaxMsgSize)
+				n, err := c.Read(resp)
+				if err == nil {
+					_, _ = pc.WriteTo(resp[:n], from)
+				}
+			}()
+		}
+	}()
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := ns.Dial(ctx, "tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in) }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	return pc.LocalAddr().String()
 }
 
 // coreDNSBinary builds (once, cached by version) and returns the pinned
@@ -103,4 +221,50 @@ func coreDNSBinary() (string, error) {
 		return "", fmt.Errorf("building CoreDNS: %w", err)
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "coredns"), nil
+}
+
+// TestClusterDNS asks the cluster's own DNS, configured with the shipped
+// CoreDNS snippet, what only the snippet's reverse zones lead to mcsd: the
+// PTR record of a ClusterSetIP, and NXDOMAIN with the reverse zone's SOA
+// for an address of the clusterset range nobody holds.
+func TestClusterDNS(t *testing.T) {
+	s := startClusterSet(t)
+	e := s.begin(t)
+	e.deployHello(nil)
+	si := e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+		if len(si.Spec.IPs) == 0 {
+			return fmt.Errorf("no spec.ips")
+		}
+		return nil
+	})
+	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs[:1]))
+	cdns := e.clusterDNSOf(0)
+
+	vip := netip.MustParseAddr(si.Spec.IPs[0])
+	if !vip.Is4() || !clustersetip.DefaultClusterSetCIDRv4.Contains(vip) {
+		t.Fatalf("ClusterSetIP %s is not in the default IPv4 clusterset range %s the snippet forwards", vip, clustersetip.DefaultClusterSetCIDRv4)
+	}
+	ptr, _ := dns.ReverseAddr(vip.String())
+	e.awaitAnswer(0, ptr, dns.TypePTR, func(m *dns.Msg) error {
+		if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+			return fmt.Errorf("rcode %s with %d records, want one PTR record", dns.RcodeToString[m.Rcode], len(m.Answer))
+		}
+		if p, ok := m.Answer[0].(*dns.PTR); !ok || p.Ptr != e.fqdn() {
+			return fmt.Errorf("answer %v, want PTR %s", m.Answer[0], e.fqdn())
+		}
+		return nil
+	})
+
+	// Clusters take VIP blocks from the start of the range: its last
+	// address is nobody's here.
+	unused, _ := dns.ReverseAddr("243.255.255.255")
+	for _, network := range []string{"udp", "tcp"} {
+		m, err := cdns.queryOver(network, unused, dns.TypePTR)
+		if err != nil {
+			t.Fatalf("asking the cluster DNS for %s over %s: %v", unused, network, err)
+		}
+		if m.Rcode != dns.RcodeNameError || len(m.Ns) != 1 || m.Ns[0].Header().Name != "243.in-addr.arpa." {
+			t.Errorf("the cluster DNS answered %s over %s with %s, authority %v; want NXDOMAIN with the SOA of 243.in-addr.arpa.", unused, network, dns.RcodeToString[m.Rcode], m.Ns)
+		}
+	}
 }

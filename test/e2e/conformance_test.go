@@ -438,7 +438,7 @@ func specDNSClusterIPSRV(t *testing.T, s *clusterSet) {
 // refuses the name, and answers the clusterset name with the clusterset IP.
 func specDNSClusterLocal(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
-	cdns := startClusterDNS(t, s.cs, e.member(0))
+	cdns := e.clusterDNSOf(0)
 	svc := e.deployHello(nil)
 	var local string
 	err := wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(ctx context.Context) (bool, error) {

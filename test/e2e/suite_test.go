@@ -82,6 +82,9 @@ type specEnv struct {
 	// answers its DNS queries.
 	requests []*harness.Pod
 	pods     []*harness.Pod
+	// clusterDNS[i] is cluster i's own DNS with the CoreDNS snippet, once
+	// a spec asks it.
+	clusterDNS map[int]*clusterDNS
 }
 
 func (s *clusterSet) begin(t *testing.T) *specEnv {
@@ -557,22 +560,48 @@ func srvRecords(m *dns.Msg) []srv {
 	return out
 }
 
-// awaitAnswer asks cluster i's DNS server over UDP and TCP until check
-// accepts the answer of both, and fails the spec with check's last
-// complaint otherwise.
+// clusterDNSOf returns cluster i's own DNS, CoreDNS with the shipped
+// snippet forwarding the clusterset zones to the mcsd of the request pod's
+// node, starting it on first use.
+func (e *specEnv) clusterDNSOf(i int) *clusterDNS {
+	e.t.Helper()
+	if e.clusterDNS == nil {
+		e.clusterDNS = map[int]*clusterDNS{}
+	}
+	if c := e.clusterDNS[i]; c != nil {
+		return c
+	}
+	c := startClusterDNS(e.t, e.s.cs, e.member(i), e.s.nodes[i], e.s.daemons[i])
+	e.clusterDNS[i] = c
+	return c
+}
+
+// awaitAnswer asks cluster i's DNS over UDP and TCP, both mcsd's server
+// from a pod and the cluster's own DNS (CoreDNS, through the shipped
+// snippet), until check accepts every answer, and fails the spec with
+// check's last complaint otherwise.
 func (e *specEnv) awaitAnswer(i int, name string, qtype uint16, check func(*dns.Msg) error) {
 	e.t.Helper()
+	cdns := e.clusterDNSOf(i)
 	var last error
 	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
 		for _, network := range []string{"udp", "tcp"} {
-			m, err := e.query(i, network, name, qtype)
-			if err != nil {
-				last = fmt.Errorf("over %s: %w", network, err)
-				return false, nil
-			}
-			if err := check(m); err != nil {
-				last = fmt.Errorf("over %s: %w (answer: %v)", network, err, m.Answer)
-				return false, nil
+			for _, via := range []string{"mcsd", "the cluster DNS"} {
+				var m *dns.Msg
+				var err error
+				if via == "mcsd" {
+					m, err = e.query(i, network, name, qtype)
+				} else {
+					m, err = cdns.queryOver(network, name, qtype)
+				}
+				if err != nil {
+					last = fmt.Errorf("asking %s over %s: %w", via, network, err)
+					return false, nil
+				}
+				if err := check(m); err != nil {
+					last = fmt.Errorf("asking %s over %s: %w (answer: %v)", via, network, err, m.Answer)
+					return false, nil
+				}
 			}
 		}
 		return true, nil

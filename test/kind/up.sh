@@ -101,7 +101,7 @@ configure_coredns() {
   local ctx=$1 ip snippet corefile
   ip=$(kubectl --context "$ctx" -n mcsd-system get service mcsd-dns -o jsonpath='{.spec.clusterIP}')
   corefile=$(kubectl --context "$ctx" -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}')
-  if grep -q '^clusterset\.local:53' <<<"$corefile"; then
+  if grep -q '^clusterset\.local[: ]' <<<"$corefile"; then
     log "CoreDNS of $ctx already forwards clusterset.local"
     return
   fi
