@@ -181,16 +181,20 @@ func (dp *dataPlane) run(ctx context.Context, o *options) error {
 // serveDNS opens the DNS listeners inside --netns, so pods of the node reach
 // them, and serves until ctx ends.
 func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
-	var pc net.PacketConn
+	var pcs []net.PacketConn
 	var ln net.Listener
 	err := nsenter.Do(o.netns, func() error {
-		var lc net.ListenConfig
 		var err error
-		if pc, err = lc.ListenPacket(ctx, "udp", o.dnsListen); err != nil {
+		// One UDP socket per core (SO_REUSEPORT): the kernel spreads
+		// queries over them instead of queueing all on one.
+		if pcs, err = dns.ListenUDP(ctx, o.dnsListen); err != nil {
 			return fmt.Errorf("--dns-listen: UDP %s: %w", o.dnsListen, err)
 		}
+		var lc net.ListenConfig
 		if ln, err = lc.Listen(ctx, "tcp", o.dnsListen); err != nil {
-			pc.Close()
+			for _, pc := range pcs {
+				pc.Close()
+			}
 			return fmt.Errorf("--dns-listen: TCP %s: %w", o.dnsListen, err)
 		}
 		return nil
@@ -198,8 +202,8 @@ func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns)
-	return dp.dnsServer.Serve(ctx, pc, ln)
+	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
+	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
 }
 
 // feedProxier hands the proxier every ServiceImport and MCS EndpointSlice
