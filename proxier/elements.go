@@ -115,9 +115,9 @@ func (s *elementStore) len(container string) int { return len(s.entries[containe
 func (e element) object() *knftables.Element {
 	obj := &knftables.Element{Key: strings.Split(e.key, " . ")}
 	switch e.container {
-	case serviceIPsMap, noEndpointServicesMap:
+	case serviceIPsMap, noEndpointServicesMap, backendsMap:
 		obj.Map = e.container
-		obj.Value = []string{e.value}
+		obj.Value = strings.Split(e.value, " . ")
 	default:
 		obj.Set = e.container
 	}

@@ -48,12 +48,13 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	f := &fixture{t: t, ct: &fakeConntrack{}, clock: clocktesting.NewFakeClock(epoch)}
 	f.nft = newStrictFake(t, knftables.Family(familyWords(family).ip))
 	cfg := Config{
-		ClusterID: localCluster,
-		IPFamily:  family,
-		NFTables:  f.nft,
-		Conntrack: f.ct,
-		PodCIDRs:  []string{"10.1.0.0/16", "fd00:1::/48"},
-		Clock:     f.clock,
+		ClusterID:   localCluster,
+		IPFamily:    family,
+		NFTables:    f.nft,
+		RuleCounter: fakeTableCounter{f.nft.Fake},
+		Conntrack:   f.ct,
+		PodCIDRs:    []string{"10.1.0.0/16", "fd00:1::/48"},
+		Clock:       f.clock,
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -66,16 +67,14 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	return f
 }
 
-// start delivers objects as an informer's initial list would and marks
-// both informers synced, which runs the first (full) sync.
+// start delivers objects as an informer's initial list would, marks both
+// informers synced and runs the first sync, as the sync loop would.
 func (f *fixture) start(objects ...any) {
 	f.t.Helper()
 	f.add(objects...)
 	f.p.OnServiceImportsSynced()
 	f.p.OnEndpointSlicesSynced()
-	if f.p.needFullSync {
-		f.t.Fatal("the first sync failed")
-	}
+	f.sync()
 }
 
 func (f *fixture) add(objects ...any) {
@@ -130,6 +129,19 @@ func assertGolden(t *testing.T, name, got string) {
 	if diff := cmp.Diff(string(want), got); diff != "" {
 		t.Errorf("nftables table differs from %s (-want +got; -update rewrites it):\n%s", path, diff)
 	}
+}
+
+// fakeTableCounter counts a Fake's rules, as NewNetlinkRuleCounter counts
+// the kernel's.
+type fakeTableCounter struct{ nft *knftables.Fake }
+
+func (c fakeTableCounter) CountRules(_ v1.IPFamily, chain string) (int, error) {
+	c.nft.RLock()
+	defer c.nft.RUnlock()
+	if c.nft.Table == nil || c.nft.Table.Chains[chain] == nil {
+		return 0, ErrNotFound
+	}
+	return len(c.nft.Table.Chains[chain].Rules), nil
 }
 
 // fakeConntrack records the flows it is asked to delete.

@@ -213,13 +213,21 @@ func newKernelWorld(t *testing.T, edit ...func(*Config)) *kernelWorld {
 		t.Fatal(err)
 	}
 	var ct Conntrack
-	if err := w.node.Do(func() (err error) { ct, err = NewConntrack(); return err }); err != nil {
+	var counter RuleCounter
+	if err := w.node.Do(func() (err error) {
+		if ct, err = NewConntrack(); err != nil {
+			return err
+		}
+		counter, err = NewNetlinkRuleCounter()
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		ClusterID: localCluster,
-		Conntrack: ct,
-		PodCIDRs:  []string{"100.64.0.0/16", "fd64::/16"},
+		ClusterID:   localCluster,
+		Conntrack:   ct,
+		RuleCounter: counter,
+		PodCIDRs:    []string{"100.64.0.0/16", "fd64::/16"},
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -324,6 +332,7 @@ func TestKernel(t *testing.T) {
 	}
 	w.proxier.OnServiceImportsSynced()
 	w.proxier.OnEndpointSlicesSynced()
+	w.sync(t)
 
 	t.Run("the table is programmed in the node's namespace, not the test's", func(t *testing.T) {
 		if _, err := w.node.Exec("nft", "list", "table", "ip", TableName); err != nil {
@@ -517,7 +526,7 @@ func TestKernel(t *testing.T) {
 		}
 		p := w.proxier.IPv4()
 		p.mu.Lock()
-		p.needFullSync = true
+		p.needRewrite = true
 		p.mu.Unlock()
 		w.sync(t)
 		if counts := spread(t, w.client, "tcp", "243.64.0.10:80", 20); len(counts) < 2 {
@@ -547,7 +556,7 @@ func TestKernel(t *testing.T) {
 		}
 		p := w.proxier.IPv4()
 		p.mu.Lock()
-		p.needFullSync = true
+		p.needRewrite = true
 		p.mu.Unlock()
 		w.sync(t)
 	})
@@ -578,6 +587,7 @@ func TestKernelPreferLocalCluster(t *testing.T) {
 	}
 	w.proxier.OnServiceImportsSynced()
 	w.proxier.OnEndpointSlicesSynced()
+	w.sync(t)
 
 	t.Run("an import without trafficDistribution stays in the local cluster", func(t *testing.T) {
 		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 30)

@@ -340,48 +340,78 @@ func TestSessionAffinity(t *testing.T) {
 		t.Fatalf("a new client can reach %v, want all four endpoints", got)
 	}
 	for _, o := range outs {
-		if o.affinitySet == "" {
-			t.Fatalf("path to %s records no affinity", o.endpoint)
+		if !strings.HasPrefix(o.affinity, podClient.String()+" . "+vip+" . tcp . 80 . ") {
+			t.Fatalf("path to %s records %q, want the client and the service port", o.endpoint, o.affinity)
 		}
 	}
-	tr.remember(p, outs[2])
-	if diff := cmp.Diff([]string{outs[2].endpoint}, endpoints(t, tr.trace(p))); diff != "" {
+	remembered := outs[2]
+	tr.remember(remembered)
+	if diff := cmp.Diff([]string{remembered.endpoint}, endpoints(t, tr.trace(p))); diff != "" {
 		t.Errorf("a remembered client goes elsewhere (-want +got):\n%s", diff)
 	}
 	other := pkt(netip.MustParseAddr("10.1.9.10"), vip, "tcp", 80)
 	if got := endpoints(t, tr.trace(other)); len(got) != 4 {
 		t.Errorf("another client can reach %v, want all four", got)
 	}
-	set := f.nft.Table.Sets[outs[2].affinitySet]
-	if set.Timeout == nil || set.Timeout.Seconds() != 60 {
-		t.Errorf("affinity set timeout %v, want 60s", set.Timeout)
+	if got := endpoints(t, tr.trace(pkt(podClient, vip, "udp", 53))); len(got) != 4 {
+		t.Errorf("the remembered client's other port reaches %v, want all four", got)
+	}
+	if !strings.Contains(f.nft.Dump(), " timeout 60s }") {
+		t.Errorf("no rule records clients with the 60 s timeout:\n%s", f.nft.Dump())
 	}
 
-	t.Run("a new timeout makes new sets and deletes the old ones", func(t *testing.T) {
+	t.Run("a new timeout keeps the clients and records with the new one", func(t *testing.T) {
 		f.p.OnServiceImportUpdate(webImport(withAffinity(60)), webImport(withAffinity(120)))
 		f.sync()
-		if f.nft.Table.Sets[outs[2].affinitySet] != nil {
-			t.Errorf("old affinity set %s is still there", outs[2].affinitySet)
+		outs := tr.trace(p)
+		if diff := cmp.Diff([]string{remembered.endpoint}, endpoints(t, outs)); diff != "" {
+			t.Errorf("a remembered client goes elsewhere (-want +got):\n%s", diff)
 		}
-		n := 0
-		for name, s := range f.nft.Table.Sets {
-			if strings.HasPrefix(name, affinitySetPrefix) {
-				n++
-				if s.Timeout.Seconds() != 120 {
-					t.Errorf("set %s has timeout %v", name, s.Timeout)
-				}
-			}
-		}
-		if n != 8 {
-			t.Errorf("%d affinity sets, want 8 (2 ports x 4 endpoints)", n)
+		if !strings.Contains(strings.Join(outs[0].trail, "\n"), "timeout 120s") {
+			t.Errorf("the client is recorded by %v, want the 120 s timeout", outs[0].trail)
 		}
 	})
-	t.Run("turning affinity off deletes the sets and endpoint chains", func(t *testing.T) {
+	t.Run("a client of a removed endpoint is balanced again; others keep theirs", func(t *testing.T) {
+		tr.forget()
+		var gone, kept outcome
+		for _, o := range tr.trace(p) {
+			switch o.endpoint {
+			case "10.2.0.2:8080":
+				gone = o
+			case "10.1.0.1:8080":
+				kept = o
+			}
+		}
+		tr.remember(gone)
+		tr.remember(outcome{affinity: strings.Replace(kept.affinity, podClient.String(), other.src.String(), 1)})
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
+		f.sync()
+		if got := endpoints(t, tr.trace(p)); len(got) != 3 || slices.Contains(got, "10.2.0.2:8080") {
+			t.Errorf("the removed endpoint's client reaches %v, want the three left", got)
+		}
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, tr.trace(other))); diff != "" {
+			t.Errorf("another client lost its endpoint (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("turning affinity off deletes the affinity chains", func(t *testing.T) {
 		f.p.OnServiceImportUpdate(webImport(withAffinity(120)), webImport())
 		f.sync()
 		f.clock.Step(staleChainDelay)
 		f.sync()
-		f.assertGolden("basic")
+		for name := range f.nft.Table.Chains {
+			if strings.Contains(name, affinityChainInfix) {
+				t.Errorf("chain %s is still there", name)
+			}
+		}
+		outs := tr.trace(p)
+		if got := endpoints(t, outs); len(got) != 3 {
+			t.Errorf("endpoints %v, want the three left", got)
+		}
+		for _, o := range outs {
+			if o.affinity != "" {
+				t.Errorf("path to %s still records the client", o.endpoint)
+			}
+		}
 	})
 }
 
@@ -441,17 +471,23 @@ func TestPartialSync(t *testing.T) {
 		return f
 	}
 
-	t.Run("an endpoint change rewrites only that service's chain", func(t *testing.T) {
+	t.Run("an endpoint change writes only that service's changed elements", func(t *testing.T) {
 		f := setup(t)
 		s := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1"))
 		f.p.OnEndpointSliceUpdate(nil, s)
 		f.sync()
 		tx := f.nft.LastTransaction.String()
-		webHTTP := serviceChainName(nameOf(webImport()), v1.ProtocolTCP, 80)
-		if !strings.Contains(tx, "flush chain ip mcsd "+webHTTP) {
-			t.Errorf("web's chain was not rewritten:\n%s", tx)
+		for _, want := range []string{
+			"delete element ip mcsd backends { 243.1.0.10 . tcp . 80 . 3 }",
+			"add element ip mcsd service-ips { 243.1.0.10 . tcp . 80 : goto lb-tcp-3 }",
+		} {
+			if !strings.Contains(tx, want) {
+				t.Errorf("transaction lacks %q:\n%s", want, tx)
+			}
 		}
-		for _, unwanted := range []string{"other/", "add table", "flush map", "flush set", "243.1.0.11", "filter-"} {
+		// Endpoints that stay keep their index: nothing about them is
+		// written.
+		for _, unwanted := range []string{"10.1.0.1", "10.1.0.2", "10.2.0.1", "243.1.0.11", "add table", "flush map", "flush set", "filter-"} {
 			if strings.Contains(tx, unwanted) {
 				t.Errorf("partial sync touches %q:\n%s", unwanted, tx)
 			}
@@ -497,9 +533,9 @@ func TestPartialSync(t *testing.T) {
 			t.Errorf("%d list calls after the first sync", n)
 		}
 	})
-	t.Run("a removed service's chain is flushed, then deleted a moment later", func(t *testing.T) {
+	t.Run("a shared chain whose last user goes is flushed, then deleted a moment later", func(t *testing.T) {
 		f := setup(t)
-		chain := serviceChainName(nameOf(other), v1.ProtocolTCP, 80)
+		chain := lbChainName("tcp", 1, 0)
 		f.p.OnServiceImportDelete(other)
 		f.p.OnEndpointSliceDelete(otherSlice)
 		f.sync()
@@ -552,7 +588,7 @@ func TestPartialSync(t *testing.T) {
 }
 
 func TestFullSync(t *testing.T) {
-	t.Run("a full sync restores a table flushed by hand", func(t *testing.T) {
+	t.Run("a periodic resync restores a table flushed by hand", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
 		// What "nft flush table ip mcsd" does: every chain loses its
@@ -568,7 +604,18 @@ func TestFullSync(t *testing.T) {
 		f.fullSync()
 		f.assertGolden("basic")
 	})
-	t.Run("a table flushed by hand is rewritten at the next periodic sync, for one chain listing", func(t *testing.T) {
+	t.Run("a periodic resync writes only what differs from the committed state", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.fullSync()
+		tx := f.nft.LastTransaction.String()
+		for _, unwanted := range []string{"delete table", "element"} {
+			if strings.Contains(tx, unwanted) {
+				t.Errorf("resync of an unchanged table has %q:\n%s", unwanted, tx)
+			}
+		}
+	})
+	t.Run("a table flushed by hand is rewritten at the next table check, without listing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
 		f.nft.Lock()
@@ -576,7 +623,6 @@ func TestFullSync(t *testing.T) {
 			c.Rules = nil
 		}
 		f.nft.Unlock()
-		lists := f.nft.listCalls()
 		f.sync()
 		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
 			t.Fatalf("a sync within the sync period checked the table: verdicts %v", got)
@@ -584,16 +630,8 @@ func TestFullSync(t *testing.T) {
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
 		f.assertGolden("basic")
-		if n := f.nft.listCalls() - lists; n != 2 {
-			// One look at the base chain, then the full sync's listing of
-			// what is left.
-			t.Errorf("%d list calls to notice and repair the flush, want 2", n)
-		}
-		lists = f.nft.listCalls()
-		f.clock.Step(DefaultSyncPeriod)
-		f.sync()
-		if n := f.nft.listCalls() - lists; n != 1 {
-			t.Errorf("%d list calls for a periodic sync of an intact table, want 1", n)
+		if n := f.nft.listCalls(); n != 0 {
+			t.Errorf("%d list calls to notice and repair the flush, want none", n)
 		}
 	})
 	t.Run("a RuleCounter, when given, is asked instead of listing the chain", func(t *testing.T) {
@@ -618,7 +656,7 @@ func TestFullSync(t *testing.T) {
 		counter.err = fmt.Errorf("chain gone: %w", ErrNotFound)
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
-		if counter.asked != 3 || f.p.needFullSync {
+		if counter.asked != 3 || f.p.needRewrite {
 			t.Fatalf("counter asked %d times; a missing chain must trigger a full sync at once", counter.asked)
 		}
 	})
@@ -657,11 +695,9 @@ func TestFullSync(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.start(append(webSlices(), webImport())...)
-		if f.nft.listCalls() != 1 {
-			t.Errorf("%d list calls, want 1", f.nft.listCalls())
+		if f.nft.listCalls() != 0 {
+			t.Errorf("%d list calls, want none", f.nft.listCalls())
 		}
-		f.clock.Step(staleChainDelay)
-		f.sync()
 		f.assertGolden("basic")
 	})
 	t.Run("a failed sync is followed by a full one", func(t *testing.T) {
@@ -675,8 +711,8 @@ func TestFullSync(t *testing.T) {
 		}
 		failing.fail = false
 		f.sync()
-		if !strings.Contains(f.nft.LastTransaction.String(), "add table") {
-			t.Error("the sync after a failure is not a full sync")
+		if !strings.Contains(f.nft.LastTransaction.String(), "delete table") {
+			t.Error("the sync after a failure does not rewrite the table")
 		}
 		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
 			t.Errorf("verdicts %v after the import was deleted", got)
@@ -732,6 +768,10 @@ func TestHandlers(t *testing.T) {
 			t.Fatal("synced before EndpointSlices did")
 		}
 		f.p.OnEndpointSlicesSynced()
+		if f.nft.runs != 0 {
+			t.Fatal("the informer's goroutine ran the first sync; the sync loop should")
+		}
+		f.sync()
 		f.assertGolden("basic")
 	})
 	t.Run("a slice that moves to another service leaves the first one", func(t *testing.T) {
@@ -776,6 +816,11 @@ func TestDualStack(t *testing.T) {
 	d.OnEndpointSliceAdd(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")))
 	d.OnServiceImportsSynced()
 	d.OnEndpointSlicesSynced()
+	for _, p := range []*Proxier{d.IPv4(), d.IPv6()} {
+		if err := p.syncProxyRules(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := endpoints(t, newTracer(t, fake4.Fake).trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
 		t.Errorf("IPv4 endpoints %v", got)
 	}

@@ -4,12 +4,11 @@ import (
 	"context"
 	"maps"
 	"net/netip"
-	"slices"
 	"sort"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 )
 
@@ -21,14 +20,14 @@ const staleChainDelay = time.Second
 
 // syncProxyRules brings the nftables table up to date with one transaction.
 //
-// A full sync (the first one, one after a failure, and one every
-// FullSyncPeriod) rewrites the whole table: static chains, every service's
-// chains, and the static maps and sets, flushed and filled again. A partial
-// sync rewrites only the chains of services that changed and adds or
-// deletes only the map elements that differ from what was committed. Neither
-// reads the kernel's ruleset, except a full sync after start or after a
-// failure, which lists the table's object names once to delete leftovers
-// it does not remember.
+// A rewrite (the first sync, one after a failure, one after the table was
+// found deleted or flushed) deletes the table and writes it all again. A
+// resync (every FullSyncPeriod) rewrites the static chains and the shared
+// load-balancing chains, renders every service again and writes only the
+// elements that differ from what was committed: it costs little more than a
+// partial sync, so it never holds a change back for long. A partial sync
+// renders only the services that changed. None of them reads the kernel's
+// ruleset.
 func (p *Proxier) syncProxyRules() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -37,26 +36,28 @@ func (p *Proxier) syncProxyRules() error {
 		return nil
 	}
 	start := p.clock.Now()
-	full := p.needFullSync || start.Sub(p.lastFullSync) >= p.fullSyncPeriod
-	if !full && p.baseChainsDone && start.Sub(p.lastTableCheck) >= p.syncPeriod {
+	rewrite := p.needRewrite
+	resync := !rewrite && start.Sub(p.lastFullSync) >= p.fullSyncPeriod
+	if !rewrite && start.Sub(p.lastTableCheck) >= p.syncPeriod {
 		p.lastTableCheck = start
 		if !p.tableIntact() {
-			full, p.needListing = true, true
+			rewrite, resync = true, false
 		}
 	}
 	changes := p.tracker.checkout()
 	changed := p.applyChanges(changes)
 
-	if len(p.staleChains) > 0 {
+	if len(p.staleChains) > 0 && !rewrite {
 		p.deleteStaleChains(start)
 	}
+	full := rewrite || resync
 	if !full && len(changed) == 0 {
 		p.synced()
 		return nil
 	}
 
-	// The services to write: all of them (and those to remove) on a full
-	// sync, the changed ones otherwise.
+	// The services to write: all of them (and those to remove) on a
+	// rewrite or resync, the changed ones otherwise.
 	write := changed
 	if full {
 		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
@@ -77,27 +78,23 @@ func (p *Proxier) syncProxyRules() error {
 		renders[name] = p.render(name)
 	}
 
-	var listed map[string][]string
-	if full && p.needListing {
-		var err error
-		if listed, err = p.nft.ListAll(context.Background()); err != nil {
-			if !knftables.IsNotFound(err) {
-				p.logger.Error(err, "Could not list the nftables table; leftovers from an earlier run stay until the next full sync")
-			}
-			listed = nil
-		}
-	}
-
 	tx := p.nft.NewTransaction()
 	if full {
-		writeStatic(tx, p.static, !p.baseChainsDone)
-		p.elements.reset()
+		writeStatic(tx, p.static, rewrite)
 	}
-	p.writeServices(tx, names, renders, full, listed, start)
+	if rewrite {
+		p.elements.reset()
+		clear(p.chainUsers)
+		clear(p.staleChains)
+	}
+	users := p.writeServices(tx, names, renders, rewrite, resync, start)
 
 	kind := "partial"
-	if full {
-		kind = "full"
+	switch {
+	case rewrite:
+		kind = "rewrite"
+	case resync:
+		kind = "resync"
 	}
 	p.logger.V(2).Info("Syncing nftables rules", "sync", kind, "services", len(names), "operations", tx.NumOperations())
 	if logger := p.logger.V(9); logger.Enabled() {
@@ -111,13 +108,12 @@ func (p *Proxier) syncProxyRules() error {
 		p.metrics.syncFailures.WithLabelValues(string(p.family)).Inc()
 		// The element store already counts this transaction's changes and
 		// staleChains its flushes: start over.
-		p.needFullSync = true
-		p.needListing = true
+		p.needRewrite = true
 		clear(p.staleChains)
 		return err
 	}
 
-	stale := p.staleUDPFlows(names, renders)
+	stale := p.staleFlows(names, renders)
 	touchedVIPs := map[string]bool{}
 	for _, name := range names {
 		p.uncarry(p.committed[name], touchedVIPs)
@@ -128,10 +124,9 @@ func (p *Proxier) syncProxyRules() error {
 		}
 		p.carry(renders[name], touchedVIPs)
 	}
+	p.chainUsers = users
 	if full {
-		p.needFullSync = false
-		p.needListing = false
-		p.baseChainsDone = true
+		p.needRewrite = false
 		p.lastFullSync = start
 		p.lastTableCheck = start
 	}
@@ -259,124 +254,67 @@ func (p *Proxier) render(name types.NamespacedName) *renderedService {
 			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
 		return nil
 	}
-	return render(svc, p.slices[name], p.policy, p.words)
+	return render(svc, p.slices[name], p.policy, p.words, p.committed[name])
 }
 
 // writeServices adds to tx the changes that take the given services from
-// their committed rules to renders, in an order nftables accepts: chains
-// before the rules and elements that refer to them, flushes of the chains
-// that go before deletions of the sets their rules used. On a full sync
-// every chain is rewritten and every element added (the containers were
-// flushed), and leftovers are found in listed if the table was listed.
+// their committed state to renders, in an order nftables accepts: shared
+// chains before the elements that point to them. A shared chain is written
+// when its first user comes (every used one on a rewrite or resync) and
+// flushed when its last user goes, to be deleted a moment later. It returns
+// the number of users of each shared chain once tx is committed.
 func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.NamespacedName, renders map[types.NamespacedName]*renderedService,
-	full bool, listed map[string][]string, now time.Time) {
-	type chainRules struct {
-		name  string
-		rules []string
-	}
-	var written []chainRules
-	var newSets []*knftables.Set
-	var goneChains []string
-	var goneSets []knftables.Object
-
+	rewrite, resync bool, now time.Time) map[string]int {
+	users := maps.Clone(p.chainUsers)
+	rules := map[string][]string{}
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
+		if old != nil && !rewrite {
+			for c := range old.chains {
+				users[c]--
+			}
+		}
 		if cur != nil {
-			for _, chain := range sortedKeys(cur.chains) {
-				rules := cur.chains[chain]
-				_, stale := p.staleChains[chain]
-				if full || stale || old == nil || !slices.Equal(old.chains[chain], rules) {
-					written = append(written, chainRules{chain, rules})
-					delete(p.staleChains, chain)
-				}
-			}
-			for _, set := range sortedKeys(cur.sets) {
-				if full || old == nil || old.sets[set] != cur.sets[set] {
-					newSets = append(newSets, &knftables.Set{
-						Name: set,
-						Type: p.words.addrType,
-						// "dynamic" is what the kernel turns a set
-						// updated from the packet path into anyway;
-						// without it, adding the set again would look
-						// like a change of flags.
-						Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-						Timeout: ptr.To(cur.sets[set]),
-					})
-				}
-			}
-		}
-		if old != nil && listed == nil {
-			for _, chain := range sortedKeys(old.chains) {
-				if cur == nil || cur.chains[chain] == nil {
-					goneChains = append(goneChains, chain)
-				}
-			}
-			for _, set := range sortedKeys(old.sets) {
-				if cur == nil || cur.sets[set] == 0 {
-					goneSets = append(goneSets, &knftables.Set{Name: set})
-				}
+			for c, r := range cur.chains {
+				users[c]++
+				rules[c] = r
 			}
 		}
 	}
-	if listed != nil {
-		// Everything in the table that this sync does not write is a
-		// leftover, whether remembered or not.
-		wanted := map[string]bool{}
-		for _, bc := range baseChains {
-			wanted[bc.name] = true
-		}
-		for _, c := range staticChains {
-			wanted[c] = true
-		}
-		for _, c := range staticContainers {
-			wanted[c] = true
-		}
-		for _, r := range renders {
-			if r == nil {
-				continue
+	var written, gone []string
+	for c, n := range users {
+		switch {
+		case n <= 0:
+			delete(users, c)
+			if p.chainUsers[c] > 0 {
+				gone = append(gone, c)
 			}
-			for c := range r.chains {
-				wanted[c] = true
-			}
-			for s := range r.sets {
-				wanted[s] = true
-			}
-		}
-		clear(p.staleChains)
-		for _, c := range listed["chain"] {
-			if !wanted[c] {
-				goneChains = append(goneChains, c)
-			}
-		}
-		sort.Strings(goneChains)
-		for _, set := range slices.Sorted(slices.Values(listed["set"])) {
-			if !wanted[set] {
-				goneSets = append(goneSets, &knftables.Set{Name: set})
-			}
-		}
-		for _, m := range slices.Sorted(slices.Values(listed["map"])) {
-			if !wanted[m] {
-				goneSets = append(goneSets, &knftables.Map{Name: m})
+		case rewrite || resync || p.chainUsers[c] == 0:
+			written = append(written, c)
+		default:
+			if _, stale := p.staleChains[c]; stale {
+				written = append(written, c)
 			}
 		}
 	}
-
+	sort.Strings(written)
+	sort.Strings(gone)
+	// Rules can only be written for the chains some service rendered;
+	// on a resync every used chain is among them.
 	for _, c := range written {
-		tx.Add(&knftables.Chain{Name: c.name})
-		tx.Flush(&knftables.Chain{Name: c.name})
-	}
-	for _, s := range newSets {
-		tx.Add(s)
+		tx.Add(&knftables.Chain{Name: c})
+		tx.Flush(&knftables.Chain{Name: c})
+		delete(p.staleChains, c)
 	}
 	for _, c := range written {
-		for _, rule := range c.rules {
-			tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
+		for _, rule := range rules[c] {
+			tx.Add(&knftables.Rule{Chain: c, Rule: rule})
 		}
 	}
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
 		var oldElements, curElements []element
-		if old != nil && !full {
+		if old != nil && !rewrite {
 			oldElements = old.elements
 		}
 		if cur != nil {
@@ -384,13 +322,11 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 		}
 		p.elements.diff(tx, oldElements, curElements)
 	}
-	for _, c := range goneChains {
+	for _, c := range gone {
 		tx.Flush(&knftables.Chain{Name: c})
 		p.staleChains[c] = now
 	}
-	for _, obj := range goneSets {
-		tx.Delete(obj)
-	}
+	return users
 }
 
 // deleteStaleChains deletes, in a transaction of its own, the chains that
@@ -417,15 +353,14 @@ func (p *Proxier) deleteStaleChains(now time.Time) {
 		// finds what is left.
 		p.logger.Error(err, "Could not delete stale nftables chains; the next sync rewrites the whole table", "chains", len(deleted))
 		p.metrics.cleanupFailures.WithLabelValues(string(p.family)).Inc()
-		p.needFullSync = true
-		p.needListing = true
+		p.needRewrite = true
 	}
 }
 
-// staleUDPFlows lists the UDP flows whose endpoint a sync of names takes
+// staleFlows lists the UDP flows whose endpoint a sync of names takes
 // away: an endpoint that served a UDP port of a ClusterSetIP and no longer
 // does.
-func (p *Proxier) staleUDPFlows(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) []UDPFlow {
+func (p *Proxier) staleFlows(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) []UDPFlow {
 	var flows []UDPFlow
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
@@ -436,16 +371,19 @@ func (p *Proxier) staleUDPFlows(names []types.NamespacedName, renders map[types.
 		if err != nil {
 			continue
 		}
-		for port, eps := range old.udp {
+		for pk, eps := range old.slots {
+			if pk.protocol != v1.ProtocolUDP {
+				continue
+			}
 			kept := map[netip.Addr]bool{}
 			if cur != nil && cur.vip == old.vip {
-				for _, e := range cur.udp[port] {
+				for _, e := range cur.slots[pk] {
 					kept[e.ip] = true
 				}
 			}
 			for _, e := range eps {
 				if !kept[e.ip] {
-					flows = append(flows, UDPFlow{Service: netip.AddrPortFrom(vip, uint16(port)), Endpoint: e.ip})
+					flows = append(flows, UDPFlow{Service: netip.AddrPortFrom(vip, uint16(pk.port)), Endpoint: e.ip})
 					kept[e.ip] = true
 				}
 			}
@@ -467,8 +405,4 @@ func (p *Proxier) clearConntrack(flows []UDPFlow) {
 		return
 	}
 	p.logger.V(4).Info("Deleted conntrack entries of UDP flows to removed endpoints", "flows", len(flows), "entries", n)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	return slices.Sorted(maps.Keys(m))
 }
