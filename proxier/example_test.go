@@ -3,6 +3,7 @@ package proxier_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -34,7 +35,9 @@ func TestMain(m *testing.M) {
 // conntrackByCNI stands for a CNI that clears conntrack entries itself.
 type conntrackByCNI struct{}
 
-func (conntrackByCNI) DeleteUDPFlows(v1.IPFamily, []proxier.UDPFlow) (int, error) { return 0, nil }
+func (conntrackByCNI) CleanStaleEntries(v1.IPFamily, map[proxier.ServicePort][]netip.Addr) (int, error) {
+	return 0, nil
+}
 
 // A CNI embeds the proxier by feeding it from its own informers: ServiceImports
 // from the mcs-api clientset, and only the EndpointSlices labelled with

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"flag"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -144,25 +145,26 @@ func (c fakeTableCounter) CountRules(_ v1.IPFamily, chain string) (int, error) {
 	return len(c.nft.Table.Chains[chain].Rules), nil
 }
 
-// fakeConntrack records the flows it is asked to delete.
+// fakeConntrack records what it is asked to clean.
 type fakeConntrack struct {
 	mu    sync.Mutex
-	flows []UDPFlow
+	calls []map[ServicePort][]netip.Addr
 }
 
-func (c *fakeConntrack) DeleteUDPFlows(_ v1.IPFamily, flows []UDPFlow) (int, error) {
+func (c *fakeConntrack) CleanStaleEntries(_ v1.IPFamily, ports map[ServicePort][]netip.Addr) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.flows = append(c.flows, flows...)
-	return len(flows), nil
+	c.calls = append(c.calls, maps.Clone(ports))
+	return 0, nil
 }
 
-func (c *fakeConntrack) take() []UDPFlow {
+// take returns the calls since the last take.
+func (c *fakeConntrack) take() []map[ServicePort][]netip.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	flows := c.flows
-	c.flows = nil
-	return flows
+	calls := c.calls
+	c.calls = nil
+	return calls
 }
 
 var _ clock.Clock = (*clocktesting.FakeClock)(nil)

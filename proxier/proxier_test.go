@@ -734,27 +734,75 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 }
 
 func TestConntrack(t *testing.T) {
-	t.Run("UDP flows to removed endpoints are cleared", func(t *testing.T) {
+	dns := ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
+	addrs := func(ips ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range ips {
+			out = append(out, netip.MustParseAddr(ip))
+		}
+		return out
+	}
+	addrCmp := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+	t.Run("a removed UDP endpoint: entries of the port not to an endpoint left are cleaned", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
-		if flows := f.ct.take(); len(flows) != 0 {
-			t.Errorf("first sync cleared %v", flows)
-		}
+		f.ct.take()
 		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
 		f.sync()
-		want := []UDPFlow{{Service: netip.MustParseAddrPort("243.1.0.10:53"), Endpoint: netip.MustParseAddr("10.2.0.2")}}
-		if diff := cmp.Diff(want, f.ct.take(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
-			cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
-			t.Errorf("cleared flows (-want +got):\n%s", diff)
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		want := map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
+		if diff := cmp.Diff(want, calls[0], addrCmp); diff != "" {
+			t.Errorf("cleaned (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("a deleted import clears its UDP flows", func(t *testing.T) {
+	t.Run("a UDP port's first endpoints clean the entries made while it had none", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport())
+		f.ct.take()
+		f.add(webSlices()[0])
+		f.sync()
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		if diff := cmp.Diff(map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
+			t.Errorf("cleaned (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a TCP-only change cleans nothing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
+		f.ct.take()
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8081), udp("dns", 53, 5353)}, ready("10.2.0.1"), ready("10.2.0.2")))
+		f.sync()
+		if calls := f.ct.take(); len(calls) != 0 {
+			t.Errorf("cleaned %v for a TCP change", calls)
+		}
+	})
+	t.Run("a deleted import cleans every entry of its UDP ports", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.ct.take()
 		f.p.OnServiceImportDelete(webImport())
 		f.sync()
-		if got := f.ct.take(); len(got) != 4 {
-			t.Errorf("cleared %v, want the four UDP endpoints", got)
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		if eps, ok := calls[0][dns]; !ok || len(eps) != 0 {
+			t.Errorf("cleaned %v, want every entry of %v", calls[0], dns)
+		}
+	})
+	t.Run("of an endpoint in two slices the ready copy counts", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1")),
+			named(newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")), "web-moved"))
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
 		}
 	})
 }

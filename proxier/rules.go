@@ -209,8 +209,9 @@ type renderedService struct {
 	chains   map[string][]string
 	elements []element
 	// slots holds each service port's endpoints (by portKey) in the order
-	// of their index in backendsMap; the next render keeps each endpoint
-	// at its index, so a sync writes only the elements that changed.
+	// of their index in backendsMap (none for a port without endpoints);
+	// the next render keeps each endpoint at its index, so a sync writes
+	// only the elements that changed.
 	slots map[portKey][]endpoint
 	// endpoints counts the endpoints over all ports, for logs.
 	endpoints int
@@ -237,7 +238,9 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 		proto := strings.ToLower(string(p.protocol))
 		port := strconv.Itoa(int(p.port))
 		key := svc.vip + " . " + proto + " . " + port
+		pk := portKey{p.protocol, p.port}
 		if len(c.endpoints) == 0 {
+			r.slots[pk] = nil
 			verdict := "goto " + rejectChain
 			if c.dropped {
 				verdict = dropVerdict
@@ -245,7 +248,6 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 			r.elements = append(r.elements, element{container: noEndpointServicesMap, key: key, value: verdict})
 			continue
 		}
-		pk := portKey{p.protocol, p.port}
 		var before []endpoint
 		if prev != nil {
 			before = prev.slots[pk]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -113,7 +114,7 @@ func (p *Proxier) syncProxyRules() error {
 		return err
 	}
 
-	stale := p.staleFlows(names, renders)
+	conntrackChanged, goneDatagramPorts := p.conntrackChanges(names, renders)
 	touchedVIPs := map[string]bool{}
 	for _, name := range names {
 		p.uncarry(p.committed[name], touchedVIPs)
@@ -140,7 +141,9 @@ func (p *Proxier) syncProxyRules() error {
 			}
 		}
 	}
-	p.clearConntrack(stale)
+	if conntrackChanged || full {
+		p.cleanConntrack(goneDatagramPorts)
+	}
 
 	now := p.clock.Now()
 	elapsed := now.Sub(start).Seconds()
@@ -357,52 +360,72 @@ func (p *Proxier) deleteStaleChains(now time.Time) {
 	}
 }
 
-// staleFlows lists the UDP flows whose endpoint a sync of names takes
-// away: an endpoint that served a UDP port of a ClusterSetIP and no longer
-// does.
-func (p *Proxier) staleFlows(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) []UDPFlow {
-	var flows []UDPFlow
-	for _, name := range names {
-		old, cur := p.committed[name], renders[name]
-		if old == nil {
-			continue
-		}
-		vip, err := netip.ParseAddr(old.vip)
-		if err != nil {
-			continue
-		}
-		for pk, eps := range old.slots {
-			if pk.protocol != v1.ProtocolUDP {
-				continue
-			}
-			kept := map[netip.Addr]bool{}
-			if cur != nil && cur.vip == old.vip {
-				for _, e := range cur.slots[pk] {
-					kept[e.ip] = true
-				}
-			}
-			for _, e := range eps {
-				if !kept[e.ip] {
-					flows = append(flows, UDPFlow{Service: netip.AddrPortFrom(vip, uint16(pk.port)), Endpoint: e.ip})
-					kept[e.ip] = true
-				}
-			}
-		}
+// datagramPorts are a service's UDP and SCTP ports with the addresses of
+// the endpoints its rules send them to.
+func datagramPorts(r *renderedService) map[ServicePort][]netip.Addr {
+	if r == nil {
+		return nil
 	}
-	return flows
+	vip, err := netip.ParseAddr(r.vip)
+	if err != nil {
+		return nil
+	}
+	ports := map[ServicePort][]netip.Addr{}
+	for pk, eps := range r.slots {
+		if pk.protocol != v1.ProtocolUDP && pk.protocol != v1.ProtocolSCTP {
+			continue
+		}
+		addrs := make([]netip.Addr, len(eps))
+		for i, e := range eps {
+			addrs[i] = e.ip
+		}
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		ports[ServicePort{Protocol: pk.protocol, Address: netip.AddrPortFrom(vip, uint16(pk.port))}] = slices.Compact(addrs)
+	}
+	return ports
 }
 
-// clearConntrack deletes the conntrack entries of stale UDP flows.
-func (p *Proxier) clearConntrack(flows []UDPFlow) {
-	if len(flows) == 0 {
+// conntrackChanges says whether syncing names changes where any datagram
+// port sends (a port added or gone, an endpoint added or gone), and returns
+// the ports that go away.
+func (p *Proxier) conntrackChanges(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) (bool, map[ServicePort][]netip.Addr) {
+	changed := false
+	gone := map[ServicePort][]netip.Addr{}
+	for _, name := range names {
+		before, after := datagramPorts(p.committed[name]), datagramPorts(renders[name])
+		for port, eps := range before {
+			now, ok := after[port]
+			if !ok {
+				gone[port] = nil
+			}
+			changed = changed || !ok || !slices.Equal(eps, now)
+		}
+		for port := range after {
+			if _, ok := before[port]; !ok {
+				changed = true
+			}
+		}
+	}
+	return changed, gone
+}
+
+// cleanConntrack deletes the conntrack entries of every datagram port the
+// table serves (and of those just gone) whose replies do not come from an
+// endpoint the rules send that port to, as kube-proxy does after a sync.
+func (p *Proxier) cleanConntrack(gone map[ServicePort][]netip.Addr) {
+	ports := gone
+	for _, r := range p.committed {
+		maps.Copy(ports, datagramPorts(r))
+	}
+	if len(ports) == 0 {
 		return
 	}
-	n, err := p.conntrack.DeleteUDPFlows(p.family, flows)
+	n, err := p.conntrack.CleanStaleEntries(p.family, ports)
 	p.metrics.conntrackDeleted.WithLabelValues(string(p.family)).Add(float64(n))
 	if err != nil {
 		p.metrics.conntrackFailures.WithLabelValues(string(p.family)).Inc()
-		p.logger.Error(err, "Could not delete conntrack entries of UDP flows to removed endpoints; clients may keep sending to them", "flows", len(flows))
+		p.logger.Error(err, "Could not delete stale conntrack entries of UDP and SCTP ClusterSetIP ports; clients may keep sending to removed endpoints", "ports", len(ports))
 		return
 	}
-	p.logger.V(4).Info("Deleted conntrack entries of UDP flows to removed endpoints", "flows", len(flows), "entries", n)
+	p.logger.V(4).Info("Deleted stale conntrack entries", "ports", len(ports), "entries", n)
 }

@@ -197,28 +197,22 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 		r.p.OnEndpointSliceAdd(slices[i])
 		r.p.OnEndpointSliceAdd(benchSlice(name, remoteCluster, remote, benchTarget))
 	}
-	// The informers have synced: the proxier's first (full) sync runs in
-	// this call, on a thread inside the node's namespace.
-	err := r.topo.node.Do(func() error {
-		r.p.OnServiceImportsSynced()
-		r.p.OnEndpointSlicesSynced()
-		return nil
-	})
-	if err != nil {
-		return res, lat, err
-	}
-	full, count := histogram(r.reg, "mcsd_proxier_sync_full_proxy_rules_duration_seconds")
-	if count != 1 {
-		return res, lat, fmt.Errorf("the first sync did not succeed (full syncs: %d)", count)
-	}
-	res.full = full
-
+	// The sync loop runs on a thread inside the node's namespace; once the
+	// informers have synced it runs the first (full) sync.
 	loopCtx, cancel := context.WithCancel(ctx)
 	r.cancel, r.done = cancel, make(chan struct{})
 	go func() {
 		defer close(r.done)
 		_ = r.topo.node.Do(func() error { r.p.SyncLoop(loopCtx); return nil })
 	}()
+	r.p.OnServiceImportsSynced()
+	r.p.OnEndpointSlicesSynced()
+	full, err := waitHistogram(ctx, r.reg, "mcsd_proxier_sync_full_proxy_rules_duration_seconds", 1, syncWait)
+	if err != nil {
+		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
+	}
+	res.full = full
+
 	if n > 0 {
 		var partials []time.Duration
 		changed := n / 2
