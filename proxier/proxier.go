@@ -284,13 +284,23 @@ func New(cfg Config) (*Proxier, error) {
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},
 		committed:      map[types.NamespacedName]*renderedService{},
-		elements:       newElementStore(logger),
+		elements:       newElementStore(logger, elementsPerCommand(nft)),
 		chainUsers:     map[string]int{},
 		staleChains:    map[string]time.Time{},
 		needRewrite:    true,
 	}
 	p.runner = newRunner(p.syncProxyRules, minSync, syncPeriod, clk)
 	return p, nil
+}
+
+// elementsPerCommand is how many map or set elements one nft command
+// carries: many with nft, one with knftables.Fake (recognised by its Dump
+// method), which would store a batch as a single element.
+func elementsPerCommand(nft knftables.Interface) int {
+	if _, fake := nft.(interface{ Dump() string }); fake {
+		return 1
+	}
+	return 1000
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -442,6 +442,23 @@ func TestMasquerade(t *testing.T) {
 			}
 		}
 	})
+	t.Run("with a node name, only this node's endpoints are hairpin candidates", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b")))
+		var hairpin []string
+		for _, e := range f.nft.Table.Sets[hairpinConnectionsSet].Elements {
+			hairpin = append(hairpin, strings.Join(e.Key, " . "))
+		}
+		if diff := cmp.Diff([]string{"10.1.0.1 . 10.1.0.1 . tcp . 8080"}, hairpin); diff != "" {
+			t.Errorf("hairpin-connections (-want +got):\n%s", diff)
+		}
+		for _, o := range f.tracer().trace(pkt(netip.MustParseAddr("10.1.0.1"), vip, "tcp", 80)) {
+			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
+				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+			}
+		}
+	})
 	t.Run("MasqueradeAll masquerades pod traffic too", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true })
 		f.start(append(webSlices(), webImport())...)

@@ -109,6 +109,7 @@ func (p *Proxier) syncProxyRules() error {
 		p.metrics.syncFailures.WithLabelValues(string(p.family)).Inc()
 		// The element store already counts this transaction's changes and
 		// staleChains its flushes: start over.
+		p.elements.reset()
 		p.needRewrite = true
 		clear(p.staleChains)
 		return err
@@ -323,8 +324,9 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 		if cur != nil {
 			curElements = cur.elements
 		}
-		p.elements.diff(tx, oldElements, curElements)
+		p.elements.diff(oldElements, curElements)
 	}
+	p.elements.write(tx)
 	for _, c := range gone {
 		tx.Flush(&knftables.Chain{Name: c})
 		p.staleChains[c] = now

@@ -163,7 +163,10 @@ func newProxierRun(topo *topology) (*proxierRun, error) {
 		return nil, err
 	}
 	r.p, err = proxier.New(proxier.Config{
-		ClusterID:     localCluster,
+		ClusterID: localCluster,
+		// As mcsd --node-name: the endpoints run on other nodes, so no
+		// hairpin entries (kube-proxy likewise only marks this node's).
+		NodeName:      "bench-node",
 		IPFamily:      v1.IPv4Protocol,
 		NFTables:      r.nft,
 		Conntrack:     ct,
