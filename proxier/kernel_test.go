@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/internal/nsenter"
+	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
