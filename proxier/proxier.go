@@ -87,9 +87,10 @@ type Config struct {
 	// DefaultSyncPeriod); a sync with nothing to change costs nothing but
 	// deleting stale chains.
 	SyncPeriod time.Duration
-	// FullSyncPeriod is how often every rule is rewritten, repairing
-	// changes made behind the proxier's back (default
-	// DefaultFullSyncPeriod). Other syncs rewrite only what changed.
+	// FullSyncPeriod is how often every rule is rewritten from the
+	// committed state, repairing rules changed behind the proxier's back
+	// (default DefaultFullSyncPeriod). It rewrites the few chains there
+	// are, not the map elements, so it costs about as little as any sync.
 	FullSyncPeriod time.Duration
 
 	// VIPObserver is told, after each sync that committed rules, which
@@ -175,9 +176,10 @@ type Proxier struct {
 	committed     map[types.NamespacedName]*renderedService
 	elements      *elementStore
 	// chainUsers counts the committed service ports that point to each
-	// shared chain; staleChains holds those flushed when their count fell
-	// to zero, to be deleted later.
+	// shared chain and chainRules holds its rules; staleChains holds those
+	// flushed when their count fell to zero, to be deleted later.
 	chainUsers   map[string]int
+	chainRules   map[string][]string
 	staleChains  map[string]time.Time
 	needRewrite  bool
 	lastFullSync time.Time
@@ -286,6 +288,7 @@ func New(cfg Config) (*Proxier, error) {
 		committed:      map[types.NamespacedName]*renderedService{},
 		elements:       newElementStore(logger, elementsPerCommand(nft)),
 		chainUsers:     map[string]int{},
+		chainRules:     map[string][]string{},
 		staleChains:    map[string]time.Time{},
 		needRewrite:    true,
 	}

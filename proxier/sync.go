@@ -23,12 +23,11 @@ const staleChainDelay = time.Second
 //
 // A rewrite (the first sync, one after a failure, one after the table was
 // found deleted or flushed) deletes the table and writes it all again. A
-// resync (every FullSyncPeriod) rewrites the static chains and the shared
-// load-balancing chains, renders every service again and writes only the
-// elements that differ from what was committed: it costs little more than a
-// partial sync, so it never holds a change back for long. A partial sync
-// renders only the services that changed. None of them reads the kernel's
-// ruleset.
+// resync (every FullSyncPeriod) also rewrites the static chains and the
+// shared load-balancing chains, the only rules there are, from what was
+// committed; like a partial sync it renders only the services that changed,
+// so it costs about as little and never holds a change back. None of them
+// reads the kernel's ruleset.
 func (p *Proxier) syncProxyRules() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -58,9 +57,9 @@ func (p *Proxier) syncProxyRules() error {
 	}
 
 	// The services to write: all of them (and those to remove) on a
-	// rewrite or resync, the changed ones otherwise.
+	// rewrite, the changed ones otherwise.
 	write := changed
-	if full {
+	if rewrite {
 		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
 		for name := range p.services {
 			write[name] = true
@@ -88,7 +87,7 @@ func (p *Proxier) syncProxyRules() error {
 		clear(p.chainUsers)
 		clear(p.staleChains)
 	}
-	users := p.writeServices(tx, names, renders, rewrite, resync, start)
+	users, rules := p.writeServices(tx, names, renders, rewrite, resync, start)
 
 	kind := "partial"
 	switch {
@@ -126,7 +125,7 @@ func (p *Proxier) syncProxyRules() error {
 		}
 		p.carry(renders[name], touchedVIPs)
 	}
-	p.chainUsers = users
+	p.chainUsers, p.chainRules = users, rules
 	if full {
 		p.needRewrite = false
 		p.lastFullSync = start
@@ -266,11 +265,15 @@ func (p *Proxier) render(name types.NamespacedName) *renderedService {
 // chains before the elements that point to them. A shared chain is written
 // when its first user comes (every used one on a rewrite or resync) and
 // flushed when its last user goes, to be deleted a moment later. It returns
-// the number of users of each shared chain once tx is committed.
+// the number of users and the rules of each shared chain once tx is
+// committed.
 func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.NamespacedName, renders map[types.NamespacedName]*renderedService,
-	rewrite, resync bool, now time.Time) map[string]int {
+	rewrite, resync bool, now time.Time) (map[string]int, map[string][]string) {
 	users := maps.Clone(p.chainUsers)
-	rules := map[string][]string{}
+	rules := maps.Clone(p.chainRules)
+	if rewrite {
+		clear(rules)
+	}
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
 		if old != nil && !rewrite {
@@ -290,6 +293,7 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 		switch {
 		case n <= 0:
 			delete(users, c)
+			delete(rules, c)
 			if p.chainUsers[c] > 0 {
 				gone = append(gone, c)
 			}
@@ -303,8 +307,6 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 	}
 	sort.Strings(written)
 	sort.Strings(gone)
-	// Rules can only be written for the chains some service rendered;
-	// on a resync every used chain is among them.
 	for _, c := range written {
 		tx.Add(&knftables.Chain{Name: c})
 		tx.Flush(&knftables.Chain{Name: c})
@@ -331,7 +333,7 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 		tx.Flush(&knftables.Chain{Name: c})
 		p.staleChains[c] = now
 	}
-	return users
+	return users, rules
 }
 
 // deleteStaleChains deletes, in a transaction of its own, the chains that
