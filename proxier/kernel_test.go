@@ -370,11 +370,31 @@ func TestKernel(t *testing.T) {
 			t.Errorf("connections went to %v, want e1 and e2 only", counts)
 		}
 	})
-	t.Run("ClientIP session affinity sticks", func(t *testing.T) {
+	t.Run("ClientIP session affinity sticks, and moves when its endpoint goes", func(t *testing.T) {
 		counts := spread(t, w.client, "tcp", "243.64.0.12:80", 20)
 		if len(counts) != 1 {
-			t.Errorf("connections went to %v, want one backend", counts)
+			t.Fatalf("connections went to %v, want one backend", counts)
 		}
+		var sticky *pod
+		for name := range counts {
+			sticky = w.podsByName[name]
+		}
+		others := map[string][]*pod{}
+		for _, p := range []*pod{w.e1, w.e2, w.w1, w.w2} {
+			if p != sticky {
+				others[p.cluster] = append(others[p.cluster], p)
+			}
+		}
+		// The endpoint keeps running: only the rules may take the client
+		// elsewhere.
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("sticky", sticky.cluster, []slicePort{tcp("http", 80, 8080)}, others[sticky.cluster]...)[0])
+		w.sync(t)
+		counts = spread(t, w.client, "tcp", "243.64.0.12:80", 20)
+		if len(counts) != 1 || counts[sticky.name] != 0 {
+			t.Errorf("after %s went, connections went to %v, want one other backend", sticky.name, counts)
+		}
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("sticky", sticky.cluster, []slicePort{tcp("http", 80, 8080)}, append(others[sticky.cluster], sticky)...)[0])
+		w.sync(t)
 	})
 	t.Run("no endpoints: refused at once", func(t *testing.T) {
 		refused(t, w.client, "tcp", "243.64.0.13:80")
