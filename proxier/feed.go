@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Feed hands a [Provider] every change of the embedder's informers on
@@ -27,47 +25,11 @@ type Feed struct {
 func NewFeed(imports, slices cache.SharedInformer, p Provider) (*Feed, error) {
 	f := &Feed{provider: p}
 	var err error
-	f.imports, err = imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-				p.OnServiceImportAdd(si)
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*mcsv1beta1.ServiceImport)
-			n, ok2 := cur.(*mcsv1beta1.ServiceImport)
-			if ok1 && ok2 {
-				p.OnServiceImportUpdate(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if si, ok := deleted(obj).(*mcsv1beta1.ServiceImport); ok {
-				p.OnServiceImportDelete(si)
-			}
-		},
-	})
+	f.imports, err = imports.AddEventHandler(handlers(p.OnServiceImportAdd, p.OnServiceImportUpdate, p.OnServiceImportDelete))
 	if err != nil {
 		return nil, fmt.Errorf("proxier: watching ServiceImports: %w", err)
 	}
-	f.slices, err = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-				p.OnEndpointSliceAdd(s)
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*discoveryv1.EndpointSlice)
-			n, ok2 := cur.(*discoveryv1.EndpointSlice)
-			if ok1 && ok2 {
-				p.OnEndpointSliceUpdate(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if s, ok := deleted(obj).(*discoveryv1.EndpointSlice); ok {
-				p.OnEndpointSliceDelete(s)
-			}
-		},
-	})
+	f.slices, err = slices.AddEventHandler(handlers(p.OnEndpointSliceAdd, p.OnEndpointSliceUpdate, p.OnEndpointSliceDelete))
 	if err != nil {
 		_ = imports.RemoveEventHandler(f.imports)
 		return nil, fmt.Errorf("proxier: watching EndpointSlices: %w", err)
@@ -75,12 +37,32 @@ func NewFeed(imports, slices cache.SharedInformer, p Provider) (*Feed, error) {
 	return f, nil
 }
 
-// deleted unwraps the object of a delete the informer saw only on relist.
-func deleted(obj any) any {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return tomb.Obj
+// handlers calls add, update and delete with the informer's objects of
+// type T, ignoring any other, and unwraps a delete the informer saw only on
+// relist.
+func handlers[T any](add func(T), update func(old, cur T), del func(T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				add(o)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(T)
+			n, ok2 := cur.(T)
+			if ok1 && ok2 {
+				update(o, n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(T); ok {
+				del(o)
+			}
+		},
 	}
-	return obj
 }
 
 // Run waits until both informers have delivered their initial lists to the
