@@ -138,13 +138,12 @@ func batchObject(batch []element, withValues bool) *knftables.Element {
 	}
 	b.WriteString(last.key)
 	obj := &knftables.Element{Key: []string{b.String()}}
-	switch last.container {
-	case serviceIPsMap, noEndpointServicesMap, backendsMap:
+	if isMap(last.container) {
 		obj.Map = last.container
 		if withValues {
 			obj.Value = []string{last.value}
 		}
-	default:
+	} else {
 		obj.Set = last.container
 	}
 	return obj
@@ -189,12 +188,16 @@ func (s *elementStore) len(container string) int { return len(s.entries[containe
 // object is e as a knftables element.
 func (e element) object() *knftables.Element {
 	obj := &knftables.Element{Key: strings.Split(e.key, " . ")}
-	switch e.container {
-	case serviceIPsMap, noEndpointServicesMap, backendsMap:
+	if isMap(e.container) {
 		obj.Map = e.container
 		obj.Value = strings.Split(e.value, " . ")
-	default:
+	} else {
 		obj.Set = e.container
 	}
 	return obj
+}
+
+// isMap says whether a static container is a map (its elements have values).
+func isMap(container string) bool {
+	return container == serviceIPsMap || container == noEndpointServicesMap || strings.HasPrefix(container, backendsMapPrefix)
 }

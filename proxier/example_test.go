@@ -113,7 +113,7 @@ func Example() {
 	// has programmed n of them.
 	backends := func(n int) []*knftables.Element {
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if elements, _ := nft.ListElements(ctx, "map", "backends"); len(elements) == n {
+			if elements, _ := nft.ListElements(ctx, "map", "backends-tcp"); len(elements) == n {
 				return elements
 			}
 		}
@@ -145,10 +145,10 @@ func Example() {
 	}
 
 	// Output:
-	// backends: [243.64.0.10 tcp 80 0] -> [10.2.0.7 8080]
+	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
 	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-1]
 	// after west scaled up:
-	// backends: [243.64.0.10 tcp 80 0] -> [10.2.0.7 8080]
-	// backends: [243.64.0.10 tcp 80 1] -> [10.2.0.8 8080]
+	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
+	// backends: [243.64.0.10 80 1] -> [10.2.0.8 8080]
 	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-2]
 }

@@ -628,3 +628,32 @@ func TestKernelPreferLocalCluster(t *testing.T) {
 		}
 	})
 }
+
+func TestKernelUDPOnly(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "ip", "sysctl")
+	w := newKernelWorld(t)
+	port := []slicePort{udp("dns", 53, 5353)}
+	w.proxier.OnServiceImportAdd(newImport("dns", []string{"243.64.0.20", "fd00:243::20"}, []mcsv1beta1.ServicePort{udpPort("dns", 53)}))
+	for _, s := range append(kernelSlices("dns", localCluster, port, w.e1, w.e2), kernelSlices("dns", remoteCluster, port, w.w1, w.w2)...) {
+		w.proxier.OnEndpointSliceAdd(s)
+	}
+	w.proxier.OnServiceImportsSynced()
+	w.proxier.OnEndpointSlicesSynced()
+	// A table whose only load-balancing chains are UDP ones, then a new
+	// UDP chain in a partial sync: nft must accept both.
+	w.sync(t)
+	t.Run("an import with only a UDP port reaches its endpoints", func(t *testing.T) {
+		if counts := spread(t, w.client, "udp", "243.64.0.20:53", 40); len(counts) < 2 {
+			t.Errorf("datagrams went to %v, want several endpoints", counts)
+		}
+	})
+	t.Run("a new endpoint count of a UDP port in a later sync", func(t *testing.T) {
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("dns", localCluster, port, w.e1)[0])
+		w.sync(t)
+		counts := spread(t, w.client, "udp", "243.64.0.20:53", 40)
+		if counts["e2"] != 0 || len(counts) < 2 {
+			t.Errorf("datagrams went to %v, want e1, w1 and w2", counts)
+		}
+	})
+}

@@ -48,18 +48,18 @@ const (
 	masqueradingChain     = "masquerading"
 	hairpinConnectionsSet = "hairpin-connections"
 
-	// Load balancing. No object belongs to one service: backendsMap holds
-	// every endpoint of every service port, keyed
-	// "ClusterSetIP . protocol . port . index" with "address . port" as
-	// value, and a service port's service-ips entry is a goto to the chain
-	// shared by every service port of its protocol and endpoint count N,
-	// "lb-<protocol>-<N>", which DNATs to
-	// "<key built from the packet> . numgen random mod N" looked up in
-	// backendsMap. Few rules reference backendsMap (one per chain), because
-	// the kernel checks each element added to a map against every rule bound
-	// to it.
-	backendsMap   = "backends"
-	lbChainPrefix = "lb-"
+	// Load balancing. No object belongs to one service: the map
+	// "backends-<protocol>" holds every endpoint of every service port of
+	// that protocol, keyed "ClusterSetIP . port . index" with
+	// "address . port" as value, and a service port's service-ips entry is
+	// a goto to the chain shared by every service port of its protocol and
+	// endpoint count N, "lb-<protocol>-<N>", which DNATs to
+	// "<key built from the packet> . numgen random mod N" looked up in the
+	// map. Few rules reference a backends map (one per chain), because the
+	// kernel checks each element added to a map against every rule bound to
+	// it.
+	backendsMapPrefix = "backends-"
+	lbChainPrefix     = "lb-"
 
 	// ClientIP session affinity: affinitySet remembers, for each recent
 	// client, the endpoint index it was sent to, as
@@ -72,6 +72,10 @@ const (
 	affinityChainInfix = "-affinity-"
 	backendChainPrefix = "backend-"
 )
+
+// backendsMapName is the map of the endpoints of every service port of a
+// protocol ("tcp", "udp" or "sctp").
+func backendsMapName(proto string) string { return backendsMapPrefix + proto }
 
 // lbChainName is the chain that balances over n endpoints of a protocol
 // ("tcp", "udp" or "sctp"), with ClientIP affinity when timeout is not zero.

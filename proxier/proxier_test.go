@@ -495,7 +495,7 @@ func TestPartialSync(t *testing.T) {
 		f.sync()
 		tx := f.nft.LastTransaction.String()
 		for _, want := range []string{
-			"delete element ip mcsd backends { 243.1.0.10 . tcp . 80 . 3 }",
+			"delete element ip mcsd backends-tcp { 243.1.0.10 . 80 . 3 }",
 			"add element ip mcsd service-ips { 243.1.0.10 . tcp . 80 : goto lb-tcp-3 }",
 		} {
 			if !strings.Contains(tx, want) {

@@ -62,10 +62,11 @@ var staticChains = []string{servicesChain, endpointsCheckChain, clustersetIPsChe
 
 // staticContainers are the maps and sets every sync keeps in step with the
 // services; their elements are diffed against what was committed.
-var staticContainers = []string{serviceIPsMap, noEndpointServicesMap, clustersetIPsSet, hairpinConnectionsSet, backendsMap}
+var staticContainers = []string{serviceIPsMap, noEndpointServicesMap, clustersetIPsSet, hairpinConnectionsSet,
+	backendsMapName("tcp"), backendsMapName("udp"), backendsMapName("sctp")}
 
 // maxEndpoints is the most endpoints one service port balances over: the
-// range of the index in backendsMap's key. Further endpoints are left out.
+// range of the index in a backends map's key. Further endpoints are left out.
 const maxEndpoints = 65536
 
 // affinityMaxClients bounds affinitySet. The kernel's default for a dynamic
@@ -79,7 +80,7 @@ type words struct {
 	addrType string // "ipv4_addr" or "ipv6_addr"
 }
 
-// index is the expression of an endpoint index in backendsMap's and
+// index is the expression of an endpoint index in the backends maps' and
 // affinitySet's keys, as their typeof declares it; "numgen random mod 1
 // offset i" is how a rule writes the constant i (constIndex), since nft
 // 1.0.6 cannot type a bare number there.
@@ -135,13 +136,16 @@ func writeStatic(tx *knftables.Transaction, o staticOptions, rewrite bool) {
 		Comment: ptr.To("every programmed ClusterSetIP")})
 	tx.Add(&knftables.Set{Name: hairpinConnectionsSet, Type: o.addrType + " . " + o.addrType + " . inet_proto . inet_service",
 		Comment: ptr.To("local endpoint . itself . protocol . port: hairpin connections")})
-	// Typed by typeof, because no type name fits an index; the value is
-	// "ip daddr . tcp dport" whatever the protocol: nft 1.0.6 refuses to
-	// load a rule whose value says "th dport" next to a key of another
-	// protocol ("conflicting protocols specified").
-	tx.Add(&knftables.Map{Name: backendsMap,
-		TypeOf:  o.ip + " daddr . meta l4proto . tcp dport . " + index + " : " + o.ip + " daddr . tcp dport",
-		Comment: ptr.To("ClusterSetIP . protocol . port . index -> endpoint address . port")})
+	// Typed by typeof, because no type name fits an index. One map per
+	// protocol, because the value's port must name the protocol of the
+	// rules that use it: nft 1.0.6 refuses a "udp dport" rule on a map
+	// whose value says "tcp dport", or "th dport" ("conflicting protocols
+	// specified").
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		tx.Add(&knftables.Map{Name: backendsMapName(proto),
+			TypeOf:  o.ip + " daddr . " + proto + " dport . " + index + " : " + o.ip + " daddr . " + proto + " dport",
+			Comment: ptr.To("ClusterSetIP . port . index -> endpoint address . port, for " + strings.ToUpper(proto))})
+	}
 	tx.Add(&knftables.Set{Name: affinitySet,
 		TypeOf:  o.ip + " saddr . " + o.ip + " daddr . meta l4proto . tcp dport . " + index,
 		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
@@ -209,7 +213,7 @@ type renderedService struct {
 	chains   map[string][]string
 	elements []element
 	// slots holds each service port's endpoints (by portKey) in the order
-	// of their index in backendsMap (none for a port without endpoints);
+	// of their index in its backends map (none for a port without endpoints);
 	// the next render keeps each endpoint at its index, so a sync writes
 	// only the elements that changed.
 	slots map[portKey][]endpoint
@@ -256,8 +260,8 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 		r.slots[pk] = slots
 		r.endpoints += len(slots)
 		for i, e := range slots {
-			r.elements = append(r.elements, element{container: backendsMap,
-				key: key + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
+			r.elements = append(r.elements, element{container: backendsMapName(proto),
+				key: svc.vip + " . " + port + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
 			if pol.isLocal(e) {
 				ip := e.ip.String()
 				r.elements = append(r.elements, element{container: hairpinConnectionsSet,
@@ -290,7 +294,7 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 	return r
 }
 
-// assignSlots orders eps (sorted) for backendsMap: an endpoint that had an
+// assignSlots orders eps (sorted) for a backends map: an endpoint that had an
 // index below len(eps) keeps it, and the others fill the free indices in
 // order.
 func assignSlots(before, eps []endpoint) []endpoint {
@@ -325,9 +329,9 @@ func assignSlots(before, eps []endpoint) []endpoint {
 }
 
 // dnatRule DNATs to the endpoint at index idx of the packet's service port
-// in backendsMap.
+// in its protocol's backends map.
 func dnatRule(w words, proto, idx string) string {
-	return "dnat " + w.ip + " to " + w.ip + " daddr . meta l4proto . " + proto + " dport . " + idx + " map @" + backendsMap
+	return "dnat " + w.ip + " to " + w.ip + " daddr . " + proto + " dport . " + idx + " map @" + backendsMapName(proto)
 }
 
 // affinityKey is the packet's key in affinitySet for endpoint index i.

@@ -497,14 +497,14 @@ func (tr *tracer) verdict(st traceState, v string) []step {
 	return nil
 }
 
-// dnat handles "dnat ip to <key> map @backends", where the key may end in
+// dnat handles "dnat ip to <key> map @backends-<proto>", where the key may end in
 // "numgen random mod N": every branch is taken.
 func (tr *tracer) dnat(words []string, st traceState, fail func(string, ...any) []step) []step {
 	if len(words) < 6 || (words[1] != "ip" && words[1] != "ip6") || words[2] != "to" {
 		return fail("dnat form")
 	}
 	keys, n := tr.concat(words, 3, st)
-	if n == 0 || 3+n+2 != len(words) || words[3+n] != "map" || words[4+n] != "@"+backendsMap {
+	if n == 0 || 3+n+2 != len(words) || words[3+n] != "map" || !strings.HasPrefix(words[4+n], "@"+backendsMapPrefix) {
 		return fail("dnat map")
 	}
 	var out []step
@@ -512,7 +512,7 @@ func (tr *tracer) dnat(words []string, st traceState, fail func(string, ...any) 
 		if key == "" {
 			return []step{{st: st}}
 		}
-		value, ok := tr.mapLookup(backendsMap, key)
+		value, ok := tr.mapLookup(strings.TrimPrefix(words[4+n], "@"), key)
 		if !ok {
 			tr.t.Errorf("no backend for %q: a packet taking this branch is not DNATed", key)
 			continue

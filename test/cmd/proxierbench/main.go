@@ -59,21 +59,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "proxierbench: run as root (it creates network namespaces and nftables tables)")
 		os.Exit(1)
 	}
+	if err := run(); err != nil {
+		fatal(err)
+	}
+}
+
+// run measures and prints; it returns only after removing the namespaces
+// and the API server it started, whatever happened.
+func run() error {
 	sizes, err := sizesFromEnv("PROXIER_BENCH_SIZES", "1000,10000,30000")
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	kpSizes, err := sizesFromEnv("PROXIER_BENCH_KUBE_PROXY_SIZES", joinSizes(sizes))
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	samples, err := numberFromEnv("PROXIER_BENCH_LATENCY_SAMPLES", 500, 10)
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	runs, err := numberFromEnv("PROXIER_BENCH_RUNS", 3, 1)
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -83,7 +91,7 @@ func main() {
 
 	topo, err := newTopology()
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	defer topo.close()
 
@@ -104,11 +112,11 @@ func main() {
 
 	direct, err := topo.connectLatency(ctx, fmt.Sprintf("%s:%d", backendAddr, backendPort), samples)
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	alone, err := mcsdOnce(ctx, topo, 0, true, samples)
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	fmt.Printf("first-packet TCP connect, direct to the backend:          %s  [load %s]\n", direct, loadAverage())
 	fmt.Printf("first-packet TCP connect, ClusterSetIP, 1 import:         %s  [load %s]\n", alone.lat, alone.times.load)
@@ -136,7 +144,7 @@ func main() {
 				case side == "mcsd":
 					r, err := mcsdOnce(ctx, topo, n, run == 0 && n == sizes[len(sizes)-1], samples)
 					if err != nil {
-						fatal(fmt.Errorf("proxier, %d imports: %w", n, err))
+						return fmt.Errorf("proxier, %d imports: %w", n, err)
 					}
 					mcsd[n] = append(mcsd[n], r.times)
 					if r.lat.p50 > 0 {
@@ -162,6 +170,7 @@ func main() {
 		fmt.Printf("first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: %s)\n", sizes[len(sizes)-1]+1, largest, alone.lat)
 	}
 	printSummary(sizes, mcsd, kpRes)
+	return nil
 }
 
 // mcsdResult is one proxier run.
