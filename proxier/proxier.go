@@ -87,10 +87,10 @@ type Config struct {
 	// DefaultSyncPeriod); a sync with nothing to change costs nothing but
 	// deleting stale chains.
 	SyncPeriod time.Duration
-	// FullSyncPeriod is how often every rule is rewritten from the
-	// committed state, repairing rules changed behind the proxier's back
-	// (default DefaultFullSyncPeriod). It rewrites the few chains there
-	// are, not the map elements, so it costs about as little as any sync.
+	// FullSyncPeriod is how often the proxier counts the rules of each of
+	// its chains and rewrites those whose count is not what it wrote,
+	// repairing chains changed behind its back (default
+	// DefaultFullSyncPeriod). It costs about as little as any sync.
 	FullSyncPeriod time.Duration
 
 	// VIPObserver is told, after each sync that committed rules, which

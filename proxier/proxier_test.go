@@ -621,16 +621,32 @@ func TestFullSync(t *testing.T) {
 		f.fullSync()
 		f.assertGolden("basic")
 	})
-	t.Run("a periodic resync writes only what differs from the committed state", func(t *testing.T) {
+	t.Run("a periodic resync of an intact table writes nothing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
+		runs := f.nft.runs
+		f.fullSync()
+		if f.nft.runs != runs {
+			t.Errorf("resync of an intact table ran a transaction:\n%s", f.nft.LastTransaction)
+		}
+	})
+	t.Run("a periodic resync rewrites only the chains whose rules changed", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.nft.Lock()
+		f.nft.Table.Chains["lb-tcp-4"].Rules = nil
+		f.nft.Unlock()
 		f.fullSync()
 		tx := f.nft.LastTransaction.String()
-		for _, unwanted := range []string{"delete table", "element"} {
+		if !strings.Contains(tx, "flush chain ip mcsd lb-tcp-4") {
+			t.Errorf("the emptied chain is not rewritten:\n%s", tx)
+		}
+		for _, unwanted := range []string{"delete table", "element", "services", "lb-udp-4"} {
 			if strings.Contains(tx, unwanted) {
-				t.Errorf("resync of an unchanged table has %q:\n%s", unwanted, tx)
+				t.Errorf("resync touches %q:\n%s", unwanted, tx)
 			}
 		}
+		f.assertGolden("basic")
 	})
 	t.Run("a table flushed by hand is rewritten at the next table check, without listing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)

@@ -118,13 +118,12 @@ func writeStatic(tx *knftables.Transaction, o staticOptions, rewrite bool) {
 	}
 	tx.Add(table)
 	for _, bc := range baseChains {
-		c := &knftables.Chain{Name: bc.name, Type: ptr.To(bc.kind), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
-		tx.Add(c)
-		tx.Flush(c)
+		tx.Add(staticChain(bc.name))
+		tx.Flush(staticChain(bc.name))
 	}
 	for _, name := range staticChains {
-		tx.Add(&knftables.Chain{Name: name})
-		tx.Flush(&knftables.Chain{Name: name})
+		tx.Add(staticChain(name))
+		tx.Flush(staticChain(name))
 	}
 
 	verdictMap := o.addrType + " . inet_proto . inet_service : verdict"
@@ -152,40 +151,61 @@ func writeStatic(tx *knftables.Transaction, o staticOptions, rewrite bool) {
 		Size:    ptr.To[uint64](affinityMaxClients),
 		Comment: ptr.To("client . ClusterSetIP . protocol . port . endpoint index, for ClientIP affinity")})
 
+	for _, r := range staticRules(o) {
+		tx.Add(r)
+	}
+}
+
+// staticChain is the chain object of a static or base chain, with its hook
+// for a base chain.
+func staticChain(name string) *knftables.Chain {
+	for _, bc := range baseChains {
+		if bc.name == name {
+			return &knftables.Chain{Name: bc.name, Type: ptr.To(bc.kind), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
+		}
+	}
+	return &knftables.Chain{Name: name}
+}
+
+// staticRules are the rules of the base and static chains, in order.
+func staticRules(o staticOptions) []*knftables.Rule {
+	var rules []*knftables.Rule
+	add := func(r *knftables.Rule) { rules = append(rules, r) }
 	for _, j := range jumps {
-		tx.Add(&knftables.Rule{Chain: j.from, Rule: strings.TrimSpace(j.match + " jump " + j.to)})
+		add(&knftables.Rule{Chain: j.from, Rule: strings.TrimSpace(j.match + " jump " + j.to)})
 	}
 
 	// Rejects: a TCP reset for TCP (an immediate ECONNREFUSED), ICMP port
 	// unreachable for the rest.
-	tx.Add(&knftables.Rule{Chain: rejectChain, Rule: "meta l4proto tcp reject with tcp reset"})
-	tx.Add(&knftables.Rule{Chain: rejectChain, Rule: "reject"})
-	tx.Add(&knftables.Rule{Chain: endpointsCheckChain,
+	add(&knftables.Rule{Chain: rejectChain, Rule: "meta l4proto tcp reject with tcp reset"})
+	add(&knftables.Rule{Chain: rejectChain, Rule: "reject"})
+	add(&knftables.Rule{Chain: endpointsCheckChain,
 		Rule: o.ip + " daddr . meta l4proto . th dport vmap @" + noEndpointServicesMap})
-	tx.Add(&knftables.Rule{Chain: clustersetIPsCheckChain,
+	add(&knftables.Rule{Chain: clustersetIPsCheckChain,
 		Rule:    o.ip + " daddr @" + clustersetIPsSet + " goto " + rejectChain,
 		Comment: ptr.To("port not served by the ClusterSetIP")})
 
 	markMasquerade := "mark set mark or " + o.mark
 	switch {
 	case o.masqueradeAll:
-		tx.Add(&knftables.Rule{Chain: servicesChain,
+		add(&knftables.Rule{Chain: servicesChain,
 			Rule:    o.ip + " daddr @" + clustersetIPsSet + " " + markMasquerade,
 			Comment: ptr.To("masquerade all ClusterSetIP traffic")})
 	case len(o.podCIDRs) > 0:
-		tx.Add(&knftables.Rule{Chain: servicesChain,
+		add(&knftables.Rule{Chain: servicesChain,
 			Rule: o.ip + " daddr @" + clustersetIPsSet + " " + o.ip + " saddr != { " + strings.Join(o.podCIDRs, ", ") + " } " +
 				markMasquerade,
 			Comment: ptr.To("masquerade ClusterSetIP traffic from outside the pod network")})
 	}
-	tx.Add(&knftables.Rule{Chain: servicesChain,
+	add(&knftables.Rule{Chain: servicesChain,
 		Rule: o.ip + " daddr . meta l4proto . th dport vmap @" + serviceIPsMap})
 
-	tx.Add(&knftables.Rule{Chain: masqueradingChain,
+	add(&knftables.Rule{Chain: masqueradingChain,
 		Rule: "mark and " + o.mark + " != 0 mark set mark xor " + o.mark + " masquerade fully-random"})
-	tx.Add(&knftables.Rule{Chain: masqueradingChain,
+	add(&knftables.Rule{Chain: masqueradingChain,
 		Rule: "ct status dnat " + o.ip + " saddr . " + o.ip + " daddr . meta l4proto . th dport @" + hairpinConnectionsSet +
 			" masquerade fully-random"})
+	return rules
 }
 
 // dropVerdict is the no-endpoint-services verdict of a port whose

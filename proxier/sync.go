@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -23,11 +24,11 @@ const staleChainDelay = time.Second
 //
 // A rewrite (the first sync, one after a failure, one after the table was
 // found deleted or flushed) deletes the table and writes it all again. A
-// resync (every FullSyncPeriod) also rewrites the static chains and the
-// shared load-balancing chains, the only rules there are, from what was
-// committed; like a partial sync it renders only the services that changed,
-// so it costs about as little and never holds a change back. None of them
-// reads the kernel's ruleset.
+// resync (every FullSyncPeriod) also counts the rules of each of the
+// proxier's chains, the only rules there are, and rewrites from the
+// committed state those whose count is not what was written; like a partial
+// sync it renders only the services that changed, so it costs about as
+// little and holds no change back. None of them reads the kernel's ruleset.
 func (p *Proxier) syncProxyRules() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -41,6 +42,13 @@ func (p *Proxier) syncProxyRules() error {
 	if !rewrite && start.Sub(p.lastTableCheck) >= p.syncPeriod {
 		p.lastTableCheck = start
 		if !p.tableIntact() {
+			rewrite, resync = true, false
+		}
+	}
+	var repair []string
+	if resync {
+		var missing bool
+		if repair, missing = p.chainsToRepair(); missing {
 			rewrite, resync = true, false
 		}
 	}
@@ -79,15 +87,14 @@ func (p *Proxier) syncProxyRules() error {
 	}
 
 	tx := p.nft.NewTransaction()
-	if full {
-		writeStatic(tx, p.static, rewrite)
-	}
 	if rewrite {
+		writeStatic(tx, p.static, true)
 		p.elements.reset()
 		clear(p.chainUsers)
 		clear(p.staleChains)
 	}
-	users, rules := p.writeServices(tx, names, renders, rewrite, resync, start)
+	p.repairChains(tx, repair)
+	users, rules := p.writeServices(tx, names, renders, rewrite, start)
 
 	kind := "partial"
 	switch {
@@ -100,7 +107,9 @@ func (p *Proxier) syncProxyRules() error {
 	if logger := p.logger.V(9); logger.Enabled() {
 		logger.Info("Running nftables transaction", "transaction", tx.String())
 	}
-	if err := p.nft.Run(context.Background(), tx); err != nil {
+	if tx.NumOperations() == 0 {
+		// A resync that found every chain intact, with no change to apply.
+	} else if err := p.nft.Run(context.Background(), tx); err != nil {
 		p.logger.Error(err, "nftables sync failed; the next sync rewrites the whole table", "sync", kind)
 		if logger := p.logger.V(4); logger.Enabled() {
 			logger.Info("Failed nftables transaction", "transaction", tx.String())
@@ -263,12 +272,12 @@ func (p *Proxier) render(name types.NamespacedName) *renderedService {
 // writeServices adds to tx the changes that take the given services from
 // their committed state to renders, in an order nftables accepts: shared
 // chains before the elements that point to them. A shared chain is written
-// when its first user comes (every used one on a rewrite or resync) and
+// when its first user comes (every used one on a rewrite) and
 // flushed when its last user goes, to be deleted a moment later. It returns
 // the number of users and the rules of each shared chain once tx is
 // committed.
 func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.NamespacedName, renders map[types.NamespacedName]*renderedService,
-	rewrite, resync bool, now time.Time) (map[string]int, map[string][]string) {
+	rewrite bool, now time.Time) (map[string]int, map[string][]string) {
 	users := maps.Clone(p.chainUsers)
 	rules := maps.Clone(p.chainRules)
 	if rewrite {
@@ -297,7 +306,7 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 			if p.chainUsers[c] > 0 {
 				gone = append(gone, c)
 			}
-		case rewrite || resync || p.chainUsers[c] == 0:
+		case rewrite || p.chainUsers[c] == 0:
 			written = append(written, c)
 		default:
 			if _, stale := p.staleChains[c]; stale {
@@ -334,6 +343,66 @@ func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.Namespa
 		p.staleChains[c] = now
 	}
 	return users, rules
+}
+
+// chainsToRepair counts the rules of each static and shared chain through
+// the RuleCounter and returns those whose count differs from what was
+// written (someone flushed them, or added or deleted a rule), and whether a
+// static chain is gone altogether, which only a rewrite repairs. A rule
+// changed in place, keeping the count, goes unnoticed until the next
+// rewrite.
+func (p *Proxier) chainsToRepair() (repair []string, missing bool) {
+	want := map[string]int{}
+	for _, bc := range baseChains {
+		want[bc.name] = 0
+	}
+	for _, c := range staticChains {
+		want[c] = 0
+	}
+	for _, r := range staticRules(p.static) {
+		want[r.Chain]++
+	}
+	for c, rules := range p.chainRules {
+		want[c] = len(rules)
+	}
+	for _, c := range slices.Sorted(maps.Keys(want)) {
+		n, err := p.ruleCounter.CountRules(p.family, c)
+		switch {
+		case errors.Is(err, ErrNotFound) && p.chainRules[c] == nil:
+			p.logger.Info("A chain of the nftables table was deleted behind the proxier's back; rewriting the table", "chain", c)
+			return nil, true
+		case err != nil || n != want[c]:
+			p.logger.Info("A chain of the nftables table was changed behind the proxier's back; rewriting it", "chain", c, "rules", n, "want", want[c], "err", err)
+			repair = append(repair, c)
+		}
+	}
+	return repair, false
+}
+
+// repairChains adds to tx a rewrite of each of chains from the committed
+// state.
+func (p *Proxier) repairChains(tx *knftables.Transaction, chains []string) {
+	if len(chains) == 0 {
+		return
+	}
+	static := map[string][]*knftables.Rule{}
+	for _, r := range staticRules(p.static) {
+		static[r.Chain] = append(static[r.Chain], r)
+	}
+	for _, c := range chains {
+		chain := staticChain(c)
+		tx.Add(chain)
+		tx.Flush(chain)
+		if rules, ok := p.chainRules[c]; ok {
+			for _, rule := range rules {
+				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
+			}
+			continue
+		}
+		for _, r := range static[c] {
+			tx.Add(r)
+		}
+	}
 }
 
 // deleteStaleChains deletes, in a transaction of its own, the chains that
