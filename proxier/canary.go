@@ -1,7 +1,6 @@
 package proxier
 
 import (
-	"context"
 	"errors"
 
 	"sigs.k8s.io/knftables"
@@ -14,16 +13,10 @@ import (
 // so once per sync period the proxier looks at that one chain (through a
 // RuleCounter, a netlink dump of the chain alone, on a real host) and
 // rewrites the whole table when it is gone.
+//
+// It looks at the kernel, but only at one chain: the ruleset is never listed.
 func (p *Proxier) tableIntact() bool {
-	var n int
-	var err error
-	if p.ruleCounter != nil {
-		n, err = p.ruleCounter.CountRules(p.family, natPreroutingChain)
-	} else {
-		var rules []*knftables.Rule
-		rules, err = p.nft.ListRules(context.Background(), natPreroutingChain)
-		n = len(rules)
-	}
+	n, err := p.ruleCounter.CountRules(p.family, natPreroutingChain)
 	switch {
 	case knftables.IsNotFound(err), errors.Is(err, ErrNotFound):
 		p.logger.Info("The nftables table or its base chain was deleted behind the proxier's back; rewriting it", "chain", natPreroutingChain)

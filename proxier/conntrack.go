@@ -2,7 +2,6 @@ package proxier
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -10,25 +9,27 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Conntrack deletes the conntrack entries of UDP flows whose endpoint is
-// gone. UDP has no connection to break: without this, a client that keeps
-// sending to a ClusterSetIP keeps reaching the removed endpoint through its
-// conntrack entry for as long as it sends. (TCP needs nothing: the endpoint
-// or the client resets the connection.)
+// Conntrack deletes the conntrack entries of datagram flows (UDP, SCTP) to a
+// ClusterSetIP port that do not go to one of its endpoints. Such a flow has
+// no connection to break: without this, a client that keeps sending keeps
+// reaching a removed endpoint through its entry, or, if it sent before the
+// port had endpoints, keeps its entry that no rule DNATed, for as long as it
+// sends. (TCP needs nothing: the endpoint or the client resets the
+// connection.) kube-proxy cleans its Services' UDP entries the same way.
 type Conntrack interface {
-	// DeleteUDPFlows deletes the UDP entries of family whose original
-	// destination is a flow's service address and port and whose replies
-	// come from the flow's endpoint, and returns how many it deleted.
-	DeleteUDPFlows(family v1.IPFamily, flows []UDPFlow) (int, error)
+	// CleanStaleEntries deletes the entries of family whose protocol and
+	// original destination are a key of ports and whose replies do not
+	// come from one of that key's endpoint addresses (none: every entry of
+	// the port goes), and returns how many it deleted.
+	CleanStaleEntries(family v1.IPFamily, ports map[ServicePort][]netip.Addr) (int, error)
 }
 
-// UDPFlow names the conntrack entries of UDP traffic to one service port
-// that were DNATed to one endpoint.
-type UDPFlow struct {
-	// Service is the ClusterSetIP and port the client sent to.
-	Service netip.AddrPort
-	// Endpoint is the address of the endpoint that is gone.
-	Endpoint netip.Addr
+// ServicePort is a ClusterSetIP port of a datagram protocol.
+type ServicePort struct {
+	// Protocol is v1.ProtocolUDP or v1.ProtocolSCTP.
+	Protocol v1.Protocol
+	// Address is the ClusterSetIP and port clients send to.
+	Address netip.AddrPort
 }
 
 // netlinkConntrack is the Conntrack of the real kernel.
@@ -46,36 +47,51 @@ func NewConntrack() (Conntrack, error) {
 	return &netlinkConntrack{handle: h}, nil
 }
 
-// DeleteUDPFlows implements Conntrack with one conntrack table dump and a
-// netlink filter per flow.
-func (c *netlinkConntrack) DeleteUDPFlows(family v1.IPFamily, flows []UDPFlow) (int, error) {
-	if len(flows) == 0 {
+// CleanStaleEntries implements Conntrack with one dump of the conntrack
+// table, filtered here.
+func (c *netlinkConntrack) CleanStaleEntries(family v1.IPFamily, ports map[ServicePort][]netip.Addr) (int, error) {
+	if len(ports) == 0 {
 		return 0, nil
 	}
-	filters := make([]netlink.CustomConntrackFilter, 0, len(flows))
-	for _, f := range flows {
-		filter := &netlink.ConntrackFilter{}
-		if err := filter.AddProtocol(unix.IPPROTO_UDP); err != nil {
-			return 0, err
+	f := staleFilter{ports: make(map[ServicePort]map[netip.Addr]bool, len(ports))}
+	for port, eps := range ports {
+		live := make(map[netip.Addr]bool, len(eps))
+		for _, e := range eps {
+			live[e] = true
 		}
-		if err := filter.AddIP(netlink.ConntrackOrigDstIP, net.IP(f.Service.Addr().AsSlice())); err != nil {
-			return 0, err
-		}
-		if err := filter.AddPort(netlink.ConntrackOrigDstPort, f.Service.Port()); err != nil {
-			return 0, err
-		}
-		if err := filter.AddIP(netlink.ConntrackReplySrcIP, net.IP(f.Endpoint.AsSlice())); err != nil {
-			return 0, err
-		}
-		filters = append(filters, filter)
+		f.ports[port] = live
 	}
 	inet := netlink.InetFamily(unix.AF_INET)
 	if family == v1.IPv6Protocol {
 		inet = netlink.InetFamily(unix.AF_INET6)
 	}
-	n, err := c.handle.ConntrackDeleteFilters(netlink.ConntrackTable, inet, filters...)
+	n, err := c.handle.ConntrackDeleteFilters(netlink.ConntrackTable, inet, f)
 	if err != nil {
-		return int(n), fmt.Errorf("deleting conntrack entries of %d UDP flows: %w", len(flows), err)
+		return int(n), fmt.Errorf("deleting stale conntrack entries of %d service ports: %w", len(ports), err)
 	}
 	return int(n), nil
+}
+
+// staleFilter matches the entries CleanStaleEntries deletes.
+type staleFilter struct {
+	ports map[ServicePort]map[netip.Addr]bool
+}
+
+var protocolNumbers = map[uint8]v1.Protocol{unix.IPPROTO_UDP: v1.ProtocolUDP, unix.IPPROTO_SCTP: v1.ProtocolSCTP}
+
+func (f staleFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	protocol, ok := protocolNumbers[flow.Forward.Protocol]
+	if !ok {
+		return false
+	}
+	dst, ok := netip.AddrFromSlice(flow.Forward.DstIP)
+	if !ok {
+		return false
+	}
+	live, ok := f.ports[ServicePort{Protocol: protocol, Address: netip.AddrPortFrom(dst.Unmap(), flow.Forward.DstPort)}]
+	if !ok {
+		return false
+	}
+	src, ok := netip.AddrFromSlice(flow.Reverse.SrcIP)
+	return !ok || !live[src.Unmap()]
 }

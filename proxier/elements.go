@@ -15,6 +15,14 @@ import (
 type elementStore struct {
 	logger  klog.Logger
 	entries map[string]map[string]*storedElement // container -> key -> element
+	// perCommand is how many elements one "add element" or "delete
+	// element" command carries. nft 1.0.6 spends about as much on a
+	// command as on the elements in it, so at tens of thousands of imports
+	// batching them halves a full load.
+	perCommand int
+	// pending holds the element operations of the transaction being
+	// built, until write: deletions, then additions, per container.
+	deletes, adds map[string][]element
 }
 
 type storedElement struct {
@@ -22,8 +30,8 @@ type storedElement struct {
 	refs  int
 }
 
-func newElementStore(logger klog.Logger) *elementStore {
-	s := &elementStore{logger: logger}
+func newElementStore(logger klog.Logger, perCommand int) *elementStore {
+	s := &elementStore{logger: logger, perCommand: perCommand}
 	s.reset()
 	return s
 }
@@ -35,16 +43,17 @@ func (s *elementStore) reset() {
 	for _, c := range staticContainers {
 		s.entries[c] = map[string]*storedElement{}
 	}
+	s.deletes, s.adds = map[string][]element{}, map[string][]element{}
 }
 
-// acquire adds a reference to e, adding it to tx when it is new. A key that
+// acquire adds a reference to e, adding it when it is new. A key that
 // exists with another value is deleted and added again: the kernel refuses
 // to add an existing map key with a new value.
-func (s *elementStore) acquire(tx *knftables.Transaction, e element) {
+func (s *elementStore) acquire(e element) {
 	stored := s.entries[e.container][e.key]
 	if stored == nil {
 		s.entries[e.container][e.key] = &storedElement{value: e.value, refs: 1}
-		tx.Add(e.object())
+		s.adds[e.container] = append(s.adds[e.container], e)
 		return
 	}
 	stored.refs++
@@ -54,14 +63,14 @@ func (s *elementStore) acquire(tx *knftables.Transaction, e element) {
 		// bug. The last one wins.
 		s.logger.Error(nil, "Two services claim one nftables map key", "map", e.container, "key", e.key,
 			"value", stored.value, "newValue", e.value)
-		tx.Delete(element{container: e.container, key: e.key, value: stored.value}.object())
-		tx.Add(e.object())
+		s.deletes[e.container] = append(s.deletes[e.container], element{container: e.container, key: e.key})
+		s.adds[e.container] = append(s.adds[e.container], e)
 		stored.value = e.value
 	}
 }
 
-// release drops a reference to e, deleting it in tx with the last one.
-func (s *elementStore) release(tx *knftables.Transaction, e element) {
+// release drops a reference to e, deleting it with the last one.
+func (s *elementStore) release(e element) {
 	stored := s.entries[e.container][e.key]
 	if stored == nil {
 		return
@@ -71,13 +80,78 @@ func (s *elementStore) release(tx *knftables.Transaction, e element) {
 		return
 	}
 	delete(s.entries[e.container], e.key)
-	tx.Delete(element{container: e.container, key: e.key, value: stored.value}.object())
+	s.deletes[e.container] = append(s.deletes[e.container], element{container: e.container, key: e.key})
+}
+
+// write adds the pending operations to tx: every deletion before every
+// addition, so that a changed map value is a delete followed by an add. No
+// key is added and then deleted in one sync (a key is only released by a
+// service whose committed state had it), so nothing needs the opposite
+// order.
+func (s *elementStore) write(tx *knftables.Transaction) {
+	for _, c := range staticContainers {
+		for _, batch := range chunks(s.deletes[c], s.perCommand) {
+			tx.Delete(batchObject(batch, false))
+		}
+	}
+	for _, c := range staticContainers {
+		for _, batch := range chunks(s.adds[c], s.perCommand) {
+			tx.Add(batchObject(batch, true))
+		}
+	}
+	clear(s.deletes)
+	clear(s.adds)
+}
+
+func chunks(es []element, n int) [][]element {
+	var out [][]element
+	for len(es) > n {
+		out = append(out, es[:n])
+		es = es[n:]
+	}
+	if len(es) > 0 {
+		out = append(out, es)
+	}
+	return out
+}
+
+// batchObject is one knftables element that nft reads as all of batch:
+// knftables writes an element as "{ <key> : <value> }", so a key of
+// "k1 : v1, k2 : v2, k3" with the value v3 reads as three elements.
+func batchObject(batch []element, withValues bool) *knftables.Element {
+	if len(batch) == 1 {
+		e := batch[0]
+		if !withValues {
+			e.value = ""
+		}
+		return e.object()
+	}
+	var b strings.Builder
+	last := batch[len(batch)-1]
+	for _, e := range batch[:len(batch)-1] {
+		b.WriteString(e.key)
+		if withValues && e.value != "" {
+			b.WriteString(" : ")
+			b.WriteString(e.value)
+		}
+		b.WriteString(", ")
+	}
+	b.WriteString(last.key)
+	obj := &knftables.Element{Key: []string{b.String()}}
+	if isMap(last.container) {
+		obj.Map = last.container
+		if withValues {
+			obj.Value = []string{last.value}
+		}
+	} else {
+		obj.Set = last.container
+	}
+	return obj
 }
 
 // diff moves one service's elements from old to new: what is gone is
-// released, then what is new acquired, so that a changed value becomes a
-// delete followed by an add.
-func (s *elementStore) diff(tx *knftables.Transaction, old, new []element) {
+// released, then what is new acquired. The operations wait for write.
+func (s *elementStore) diff(old, new []element) {
 	type id struct{ container, key string }
 	wanted := make(map[id]string, len(new))
 	for _, e := range new {
@@ -87,12 +161,12 @@ func (s *elementStore) diff(tx *knftables.Transaction, old, new []element) {
 	for _, e := range old {
 		had[id{e.container, e.key}] = e.value
 		if v, ok := wanted[id{e.container, e.key}]; !ok || v != e.value {
-			s.release(tx, e)
+			s.release(e)
 		}
 	}
 	for _, e := range new {
 		if v, ok := had[id{e.container, e.key}]; !ok || v != e.value {
-			s.acquire(tx, e)
+			s.acquire(e)
 		}
 	}
 }
@@ -114,12 +188,16 @@ func (s *elementStore) len(container string) int { return len(s.entries[containe
 // object is e as a knftables element.
 func (e element) object() *knftables.Element {
 	obj := &knftables.Element{Key: strings.Split(e.key, " . ")}
-	switch e.container {
-	case serviceIPsMap, noEndpointServicesMap:
+	if isMap(e.container) {
 		obj.Map = e.container
-		obj.Value = []string{e.value}
-	default:
+		obj.Value = strings.Split(e.value, " . ")
+	} else {
 		obj.Set = e.container
 	}
 	return obj
+}
+
+// isMap says whether a static container is a map (its elements have values).
+func isMap(container string) bool {
+	return container == serviceIPsMap || container == noEndpointServicesMap || strings.HasPrefix(container, backendsMapPrefix)
 }

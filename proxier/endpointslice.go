@@ -132,11 +132,11 @@ func (e endpoint) String() string {
 // endpointsFor returns the endpoints of every slice whose source cluster
 // serves port p: the slice names p (by name and protocol) and, when it says
 // which number its cluster exports it on, that number is p's. An address in
-// several slices (an endpoint moving between slices) counts once. The result
-// is sorted by address and port.
+// several slices (an endpoint moving between slices) counts once, ready if
+// any copy is. The result is sorted by address and port.
 func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 	key := ServicePortKey(p.name, p.protocol)
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	var eps []endpoint
 	for _, s := range slices {
 		target, ok := s.targetPorts[key]
@@ -152,10 +152,16 @@ func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 			e := endpoint{ip: se.ip, port: target, cluster: s.cluster, nodeName: se.nodeName,
 				ready: se.ready, serving: se.serving, terminating: se.terminating}
 			id := e.String()
-			if seen[id] {
+			if i, dup := seen[id]; dup {
+				// An endpoint moving between slices is in both for a
+				// moment, in its old state in one of them: the ready
+				// copy wins, as in kube-proxy.
+				if e.ready && !eps[i].ready {
+					eps[i] = e
+				}
 				continue
 			}
-			seen[id] = true
+			seen[id] = len(eps)
 			eps = append(eps, e)
 		}
 	}

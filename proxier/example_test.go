@@ -3,8 +3,8 @@ package proxier_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -36,7 +35,9 @@ func TestMain(m *testing.M) {
 // conntrackByCNI stands for a CNI that clears conntrack entries itself.
 type conntrackByCNI struct{}
 
-func (conntrackByCNI) DeleteUDPFlows(v1.IPFamily, []proxier.UDPFlow) (int, error) { return 0, nil }
+func (conntrackByCNI) CleanStaleEntries(v1.IPFamily, map[proxier.ServicePort][]netip.Addr) (int, error) {
+	return 0, nil
+}
 
 // A CNI embeds the proxier by feeding it from its own informers: ServiceImports
 // from the mcs-api clientset, and only the EndpointSlices labelled with
@@ -91,79 +92,63 @@ func Example() {
 
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }))
-	slices := kubeInformers.Discovery().V1().EndpointSlices().Informer()
-	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { p.OnEndpointSliceAdd(obj.(*discoveryv1.EndpointSlice)) },
-		UpdateFunc: func(old, obj any) {
-			p.OnEndpointSliceUpdate(old.(*discoveryv1.EndpointSlice), obj.(*discoveryv1.EndpointSlice))
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-				p.OnEndpointSliceDelete(s)
-			}
-		},
-	})
 	mcsInformers := mcsinformers.NewSharedInformerFactory(mcs, 0)
-	imports := mcsInformers.Multicluster().V1beta1().ServiceImports().Informer()
-	_, _ = imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { p.OnServiceImportAdd(obj.(*mcsv1beta1.ServiceImport)) },
-		UpdateFunc: func(old, obj any) {
-			p.OnServiceImportUpdate(old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport))
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-				p.OnServiceImportDelete(si)
-			}
-		},
-	})
-	kubeInformers.Start(ctx.Done())
-	mcsInformers.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), slices.HasSynced, imports.HasSynced) {
+	feed, err := proxier.NewFeed(mcsInformers.Multicluster().V1beta1().ServiceImports().Informer(),
+		kubeInformers.Discovery().V1().EndpointSlices().Informer(), p)
+	if err != nil {
+		fmt.Println(err)
 		return
 	}
-	// Both initial lists are in: the first (full) sync runs in these calls,
-	// so nothing is programmed from half a view. Then the loop applies
-	// changes as they come.
-	p.OnServiceImportsSynced()
-	p.OnEndpointSlicesSynced()
+	kubeInformers.Start(ctx.Done())
+	mcsInformers.Start(ctx.Done())
 	go p.SyncLoop(ctx)
+	// Once both initial lists are in, the feed asks for the first sync, so
+	// nothing is programmed from half a view. Then the loop applies
+	// changes as they come.
+	if !feed.Run(ctx) {
+		return
+	}
 
+	// backends lists the endpoints of shop/cart's port once the sync loop
+	// has programmed n of them.
+	backends := func(n int) []*knftables.Element {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if elements, _ := nft.ListElements(ctx, "map", "backends-tcp"); len(elements) == n {
+				return elements
+			}
+		}
+		return nil
+	}
+	for _, e := range backends(1) {
+		fmt.Println("backends:", e.Key, "->", e.Value)
+	}
 	dispatch, _ := nft.ListElements(ctx, "map", "service-ips")
 	for _, e := range dispatch {
 		fmt.Println("service-ips:", e.Key, "->", e.Value)
 	}
-	printChain := func() {
-		rules, _ := nft.ListRules(ctx, dispatch[0].Value[0][len("goto "):])
-		for _, r := range rules {
-			fmt.Println(" ", r.Rule)
-		}
-	}
-	printChain()
 
 	// West scales up: the informer delivers the change, and the next
-	// (partial) sync rewrites the service's chain.
+	// (partial) sync adds one element and points the port at the chain
+	// that balances over two.
 	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
 	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Update(ctx, west, metav1.UpdateOptions{}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rules, _ := nft.ListRules(ctx, dispatch[0].Value[0][len("goto "):]); len(rules) == 1 && strings.Contains(rules[0].Rule, "mod 2") {
-			break
-		}
-	}
 	fmt.Println("after west scaled up:")
-	printChain()
+	for _, e := range backends(2) {
+		fmt.Println("backends:", e.Key, "->", e.Value)
+	}
+	dispatch, _ = nft.ListElements(ctx, "map", "service-ips")
+	for _, e := range dispatch {
+		fmt.Println("service-ips:", e.Key, "->", e.Value)
+	}
 
 	// Output:
-	// service-ips: [243.64.0.10 tcp 80] -> [goto service-BXSSILIN-shop/cart/tcp/80]
-	//   meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.2.0.7 . 8080 }
+	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
+	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-1]
 	// after west scaled up:
-	//   meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.2.0.7 . 8080 , 1 : 10.2.0.8 . 8080 }
+	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
+	// backends: [243.64.0.10 80 1] -> [10.2.0.8 8080]
+	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-2]
 }

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"flag"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -48,12 +49,13 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	f := &fixture{t: t, ct: &fakeConntrack{}, clock: clocktesting.NewFakeClock(epoch)}
 	f.nft = newStrictFake(t, knftables.Family(familyWords(family).ip))
 	cfg := Config{
-		ClusterID: localCluster,
-		IPFamily:  family,
-		NFTables:  f.nft,
-		Conntrack: f.ct,
-		PodCIDRs:  []string{"10.1.0.0/16", "fd00:1::/48"},
-		Clock:     f.clock,
+		ClusterID:   localCluster,
+		IPFamily:    family,
+		NFTables:    f.nft,
+		RuleCounter: fakeTableCounter{f.nft.Fake},
+		Conntrack:   f.ct,
+		PodCIDRs:    []string{"10.1.0.0/16", "fd00:1::/48"},
+		Clock:       f.clock,
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -66,16 +68,14 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	return f
 }
 
-// start delivers objects as an informer's initial list would and marks
-// both informers synced, which runs the first (full) sync.
+// start delivers objects as an informer's initial list would, marks both
+// informers synced and runs the first sync, as the sync loop would.
 func (f *fixture) start(objects ...any) {
 	f.t.Helper()
 	f.add(objects...)
 	f.p.OnServiceImportsSynced()
 	f.p.OnEndpointSlicesSynced()
-	if f.p.needFullSync {
-		f.t.Fatal("the first sync failed")
-	}
+	f.sync()
 }
 
 func (f *fixture) add(objects ...any) {
@@ -132,25 +132,39 @@ func assertGolden(t *testing.T, name, got string) {
 	}
 }
 
-// fakeConntrack records the flows it is asked to delete.
+// fakeTableCounter counts a Fake's rules, as NewNetlinkRuleCounter counts
+// the kernel's.
+type fakeTableCounter struct{ nft *knftables.Fake }
+
+func (c fakeTableCounter) CountRules(_ v1.IPFamily, chain string) (int, error) {
+	c.nft.RLock()
+	defer c.nft.RUnlock()
+	if c.nft.Table == nil || c.nft.Table.Chains[chain] == nil {
+		return 0, ErrNotFound
+	}
+	return len(c.nft.Table.Chains[chain].Rules), nil
+}
+
+// fakeConntrack records what it is asked to clean.
 type fakeConntrack struct {
 	mu    sync.Mutex
-	flows []UDPFlow
+	calls []map[ServicePort][]netip.Addr
 }
 
-func (c *fakeConntrack) DeleteUDPFlows(_ v1.IPFamily, flows []UDPFlow) (int, error) {
+func (c *fakeConntrack) CleanStaleEntries(_ v1.IPFamily, ports map[ServicePort][]netip.Addr) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.flows = append(c.flows, flows...)
-	return len(flows), nil
+	c.calls = append(c.calls, maps.Clone(ports))
+	return 0, nil
 }
 
-func (c *fakeConntrack) take() []UDPFlow {
+// take returns the calls since the last take.
+func (c *fakeConntrack) take() []map[ServicePort][]netip.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	flows := c.flows
-	c.flows = nil
-	return flows
+	calls := c.calls
+	c.calls = nil
+	return calls
 }
 
 var _ clock.Clock = (*clocktesting.FakeClock)(nil)

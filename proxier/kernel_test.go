@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/internal/nsenter"
+	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
@@ -213,13 +213,21 @@ func newKernelWorld(t *testing.T, edit ...func(*Config)) *kernelWorld {
 		t.Fatal(err)
 	}
 	var ct Conntrack
-	if err := w.node.Do(func() (err error) { ct, err = NewConntrack(); return err }); err != nil {
+	var counter RuleCounter
+	if err := w.node.Do(func() (err error) {
+		if ct, err = NewConntrack(); err != nil {
+			return err
+		}
+		counter, err = NewNetlinkRuleCounter()
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		ClusterID: localCluster,
-		Conntrack: ct,
-		PodCIDRs:  []string{"100.64.0.0/16", "fd64::/16"},
+		ClusterID:   localCluster,
+		Conntrack:   ct,
+		RuleCounter: counter,
+		PodCIDRs:    []string{"100.64.0.0/16", "fd64::/16"},
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -324,6 +332,7 @@ func TestKernel(t *testing.T) {
 	}
 	w.proxier.OnServiceImportsSynced()
 	w.proxier.OnEndpointSlicesSynced()
+	w.sync(t)
 
 	t.Run("the table is programmed in the node's namespace, not the test's", func(t *testing.T) {
 		if _, err := w.node.Exec("nft", "list", "table", "ip", TableName); err != nil {
@@ -361,11 +370,31 @@ func TestKernel(t *testing.T) {
 			t.Errorf("connections went to %v, want e1 and e2 only", counts)
 		}
 	})
-	t.Run("ClientIP session affinity sticks", func(t *testing.T) {
+	t.Run("ClientIP session affinity sticks, and moves when its endpoint goes", func(t *testing.T) {
 		counts := spread(t, w.client, "tcp", "243.64.0.12:80", 20)
 		if len(counts) != 1 {
-			t.Errorf("connections went to %v, want one backend", counts)
+			t.Fatalf("connections went to %v, want one backend", counts)
 		}
+		var sticky *pod
+		for name := range counts {
+			sticky = w.podsByName[name]
+		}
+		others := map[string][]*pod{}
+		for _, p := range []*pod{w.e1, w.e2, w.w1, w.w2} {
+			if p != sticky {
+				others[p.cluster] = append(others[p.cluster], p)
+			}
+		}
+		// The endpoint keeps running: only the rules may take the client
+		// elsewhere.
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("sticky", sticky.cluster, []slicePort{tcp("http", 80, 8080)}, others[sticky.cluster]...)[0])
+		w.sync(t)
+		counts = spread(t, w.client, "tcp", "243.64.0.12:80", 20)
+		if len(counts) != 1 || counts[sticky.name] != 0 {
+			t.Errorf("after %s went, connections went to %v, want one other backend", sticky.name, counts)
+		}
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("sticky", sticky.cluster, []slicePort{tcp("http", 80, 8080)}, append(others[sticky.cluster], sticky)...)[0])
+		w.sync(t)
 	})
 	t.Run("no endpoints: refused at once", func(t *testing.T) {
 		refused(t, w.client, "tcp", "243.64.0.13:80")
@@ -517,7 +546,7 @@ func TestKernel(t *testing.T) {
 		}
 		p := w.proxier.IPv4()
 		p.mu.Lock()
-		p.needFullSync = true
+		p.needRewrite = true
 		p.mu.Unlock()
 		w.sync(t)
 		if counts := spread(t, w.client, "tcp", "243.64.0.10:80", 20); len(counts) < 2 {
@@ -547,7 +576,7 @@ func TestKernel(t *testing.T) {
 		}
 		p := w.proxier.IPv4()
 		p.mu.Lock()
-		p.needFullSync = true
+		p.needRewrite = true
 		p.mu.Unlock()
 		w.sync(t)
 	})
@@ -578,6 +607,7 @@ func TestKernelPreferLocalCluster(t *testing.T) {
 	}
 	w.proxier.OnServiceImportsSynced()
 	w.proxier.OnEndpointSlicesSynced()
+	w.sync(t)
 
 	t.Run("an import without trafficDistribution stays in the local cluster", func(t *testing.T) {
 		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 30)
@@ -595,6 +625,35 @@ func TestKernelPreferLocalCluster(t *testing.T) {
 		counts := spread(t, w.client, "tcp", "243.64.0.10:80", 30)
 		if counts["e1"]+counts["e2"] != 0 || len(counts) != 2 {
 			t.Errorf("connections went to %v, want w1 and w2", counts)
+		}
+	})
+}
+
+func TestKernelUDPOnly(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "ip", "sysctl")
+	w := newKernelWorld(t)
+	port := []slicePort{udp("dns", 53, 5353)}
+	w.proxier.OnServiceImportAdd(newImport("dns", []string{"243.64.0.20", "fd00:243::20"}, []mcsv1beta1.ServicePort{udpPort("dns", 53)}))
+	for _, s := range append(kernelSlices("dns", localCluster, port, w.e1, w.e2), kernelSlices("dns", remoteCluster, port, w.w1, w.w2)...) {
+		w.proxier.OnEndpointSliceAdd(s)
+	}
+	w.proxier.OnServiceImportsSynced()
+	w.proxier.OnEndpointSlicesSynced()
+	// A table whose only load-balancing chains are UDP ones, then a new
+	// UDP chain in a partial sync: nft must accept both.
+	w.sync(t)
+	t.Run("an import with only a UDP port reaches its endpoints", func(t *testing.T) {
+		if counts := spread(t, w.client, "udp", "243.64.0.20:53", 40); len(counts) < 2 {
+			t.Errorf("datagrams went to %v, want several endpoints", counts)
+		}
+	})
+	t.Run("a new endpoint count of a UDP port in a later sync", func(t *testing.T) {
+		w.proxier.OnEndpointSliceUpdate(nil, kernelSlices("dns", localCluster, port, w.e1)[0])
+		w.sync(t)
+		counts := spread(t, w.client, "udp", "243.64.0.20:53", 40)
+		if counts["e2"] != 0 || len(counts) < 2 {
+			t.Errorf("datagrams went to %v, want e1, w1 and w2", counts)
 		}
 	})
 }

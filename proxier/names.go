@@ -1,15 +1,8 @@
 package proxier
 
 import (
-	"crypto/sha256"
-	"encoding/base32"
-	"fmt"
-	"strings"
+	"strconv"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/knftables"
 )
 
 // Names of everything the proxier creates in nftables. There is one table per
@@ -29,7 +22,7 @@ const (
 
 	// Dispatch: servicesChain marks traffic for masquerading and looks the
 	// destination up in serviceIPsMap ("daddr . l4proto . dport" ->
-	// "goto service-..."), one O(1) lookup for every ClusterSetIP port.
+	// "goto lb-..."), one O(1) lookup for every ClusterSetIP port.
 	servicesChain = "services"
 	serviceIPsMap = "service-ips"
 
@@ -55,61 +48,47 @@ const (
 	masqueradingChain     = "masquerading"
 	hairpinConnectionsSet = "hairpin-connections"
 
-	// Per-service objects. A service port's chain is
-	// "service-<hash>-<namespace>/<name>/<protocol>/<port>"; with ClientIP
-	// session affinity each endpoint gets a chain
-	// "endpoint-<hash>-<namespace>/<name>/<protocol>/<port>__<ip>/<port>"
-	// and a set of recent clients "affinity-<hash>-..." with the same
-	// suffix (its hash covers the affinity timeout too, so a new timeout is
-	// a new set). Only these names contain a "/".
-	serviceChainPrefix  = "service-"
-	endpointChainPrefix = "endpoint-"
-	affinitySetPrefix   = "affinity-"
+	// Load balancing. No object belongs to one service: the map
+	// "backends-<protocol>" holds every endpoint of every service port of
+	// that protocol, keyed "ClusterSetIP . port . index" with
+	// "address . port" as value, and a service port's service-ips entry is
+	// a goto to the chain shared by every service port of its protocol and
+	// endpoint count N, "lb-<protocol>-<N>", which DNATs to
+	// "<key built from the packet> . numgen random mod N" looked up in the
+	// map. Few rules reference a backends map (one per chain), because the
+	// kernel checks each element added to a map against every rule bound to
+	// it.
+	backendsMapPrefix = "backends-"
+	lbChainPrefix     = "lb-"
+
+	// ClientIP session affinity: affinitySet remembers, for each recent
+	// client, the endpoint index it was sent to, as
+	// "client . ClusterSetIP . protocol . port . index" with the import's
+	// timeout. "lb-<protocol>-<N>-affinity-<T>" (T the timeout in seconds)
+	// sends a remembered client back to its index and balances the others
+	// over "backend-<protocol>-<index>-affinity-<T>", which records the
+	// client and DNATs to that index.
+	affinitySet        = "affinity"
+	affinityChainInfix = "-affinity-"
+	backendChainPrefix = "backend-"
 )
 
-// nameBaseMax leaves room for the longest prefix within nftables' name limit.
-const nameBaseMax = knftables.NameLengthMax - len(endpointChainPrefix)
+// backendsMapName is the map of the endpoints of every service port of a
+// protocol ("tcp", "udp" or "sctp").
+func backendsMapName(proto string) string { return backendsMapPrefix + proto }
 
-// hashedName returns "<hash>-<name>", truncated to nameBaseMax. The hash of
-// hashInput keeps names unique even when truncated and tells apart at a glance
-// names that differ in one digit.
-func hashedName(name, hashInput string) string {
-	sum := sha256.Sum256([]byte(hashInput))
-	name = base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + name
-	if len(name) > nameBaseMax {
-		name = name[:nameBaseMax-3] + "..."
+// lbChainName is the chain that balances over n endpoints of a protocol
+// ("tcp", "udp" or "sctp"), with ClientIP affinity when timeout is not zero.
+func lbChainName(proto string, n int, timeout time.Duration) string {
+	name := lbChainPrefix + proto + "-" + strconv.Itoa(n)
+	if timeout > 0 {
+		name += affinityChainInfix + strconv.FormatInt(int64(timeout/time.Second), 10)
 	}
 	return name
 }
 
-// servicePortBase is "<namespace>/<name>/<protocol>/<port>". Namespaces,
-// names and protocols only use [a-z0-9-], so they are safe in chain names,
-// and "/" (allowed in nftables names, not in theirs) separates them.
-func servicePortBase(svc types.NamespacedName, protocol v1.Protocol, port int32) string {
-	return fmt.Sprintf("%s/%s/%s/%d", svc.Namespace, svc.Name, strings.ToLower(string(protocol)), port)
+// backendChainName is the chain that records an affine client of endpoint
+// index i and DNATs it there.
+func backendChainName(proto string, i int, timeout time.Duration) string {
+	return backendChainPrefix + proto + "-" + strconv.Itoa(i) + affinityChainInfix + strconv.FormatInt(int64(timeout/time.Second), 10)
 }
-
-func serviceChainName(svc types.NamespacedName, protocol v1.Protocol, port int32) string {
-	base := servicePortBase(svc, protocol, port)
-	return serviceChainPrefix + hashedName(base, base)
-}
-
-// endpointBase is servicePortBase + "__<ip>/<port>"; an IPv6 address has its
-// colons (not allowed in names) replaced by dots.
-func endpointBase(svc types.NamespacedName, protocol v1.Protocol, port int32, ep endpoint) string {
-	return fmt.Sprintf("%s__%s/%d", servicePortBase(svc, protocol, port), strings.ReplaceAll(ep.ip.String(), ":", "."), ep.port)
-}
-
-func endpointChainName(svc types.NamespacedName, protocol v1.Protocol, port int32, ep endpoint) string {
-	base := endpointBase(svc, protocol, port, ep)
-	return endpointChainPrefix + hashedName(base, base)
-}
-
-func affinitySetName(svc types.NamespacedName, protocol v1.Protocol, port int32, ep endpoint, timeout time.Duration) string {
-	base := endpointBase(svc, protocol, port, ep)
-	return affinitySetPrefix + hashedName(base, fmt.Sprintf("%s@%ds", base, int64(timeout/time.Second)))
-}
-
-// isServiceObjectName says whether a chain or set name is one of the
-// per-service ones (the static names have no "/").
-func isServiceObjectName(name string) bool { return strings.Contains(name, "/") }

@@ -55,9 +55,10 @@ type Config struct {
 	Conntrack Conntrack
 	// RuleCounter is how the proxier checks, once per sync period, that
 	// its table was not flushed or deleted behind its back. Nil means
-	// listing one base chain through NFTables, which is right for
-	// knftables.NewFake but costs as much as the whole table with nft 1.0.x;
-	// on a real host pass [NewNetlinkRuleCounter].
+	// [NewNetlinkRuleCounter] in the calling thread's network namespace
+	// (never "nft list", which costs as much as the whole table with nft
+	// 1.0.x). Tests on knftables.NewFake pass one that counts the Fake's
+	// rules.
 	RuleCounter RuleCounter
 
 	// MasqueradeMark is the single mark bit that flags packets for
@@ -86,9 +87,10 @@ type Config struct {
 	// DefaultSyncPeriod); a sync with nothing to change costs nothing but
 	// deleting stale chains.
 	SyncPeriod time.Duration
-	// FullSyncPeriod is how often every rule is rewritten, repairing
-	// changes made behind the proxier's back (default
-	// DefaultFullSyncPeriod). Other syncs rewrite only what changed.
+	// FullSyncPeriod is how often the proxier counts the rules of each of
+	// its chains and rewrites those whose count is not what it wrote,
+	// repairing chains changed behind its back (default
+	// DefaultFullSyncPeriod). It costs about as little as any sync.
 	FullSyncPeriod time.Duration
 
 	// VIPObserver is told, after each sync that committed rules, which
@@ -165,19 +167,22 @@ type Proxier struct {
 	// before, so as not to program a partial view.
 	initialized atomic.Bool
 
-	mu             sync.Mutex // guards everything below; held by syncs
-	importsSynced  bool
-	slicesSynced   bool
-	services       map[types.NamespacedName]*serviceInfo
-	slices         map[types.NamespacedName][]*sliceInfo
-	vipClaims      map[string]map[types.NamespacedName]bool
-	committed      map[types.NamespacedName]*renderedService
-	elements       *elementStore
-	staleChains    map[string]time.Time
-	needFullSync   bool
-	needListing    bool
-	baseChainsDone bool
-	lastFullSync   time.Time
+	mu            sync.Mutex // guards everything below; held by syncs
+	importsSynced bool
+	slicesSynced  bool
+	services      map[types.NamespacedName]*serviceInfo
+	slices        map[types.NamespacedName][]*sliceInfo
+	vipClaims     map[string]map[types.NamespacedName]bool
+	committed     map[types.NamespacedName]*renderedService
+	elements      *elementStore
+	// chainUsers counts the committed service ports that point to each
+	// shared chain and chainRules holds its rules; staleChains holds those
+	// flushed when their count fell to zero, to be deleted later.
+	chainUsers   map[string]int
+	chainRules   map[string][]string
+	staleChains  map[string]time.Time
+	needRewrite  bool
+	lastFullSync time.Time
 	// syncPeriod is how often the table is checked for changes made
 	// behind the proxier's back (see tableIntact).
 	syncPeriod     time.Duration
@@ -240,6 +245,12 @@ func New(cfg Config) (*Proxier, error) {
 			return nil, fmt.Errorf("proxier: %w", err)
 		}
 	}
+	counter := cfg.RuleCounter
+	if counter == nil {
+		if counter, err = NewNetlinkRuleCounter(); err != nil {
+			return nil, fmt.Errorf("proxier: %w", err)
+		}
+	}
 	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
 	p := &Proxier{
 		family: cfg.IPFamily,
@@ -264,19 +275,30 @@ func New(cfg Config) (*Proxier, error) {
 		tracker:        newChangeTracker(cfg.IPFamily, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
 		syncPeriod:     syncPeriod,
-		ruleCounter:    cfg.RuleCounter,
+		ruleCounter:    counter,
 		vips:           newVIPReport(cfg.VIPObserver),
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},
 		committed:      map[types.NamespacedName]*renderedService{},
-		elements:       newElementStore(logger),
+		elements:       newElementStore(logger, elementsPerCommand(nft)),
+		chainUsers:     map[string]int{},
+		chainRules:     map[string][]string{},
 		staleChains:    map[string]time.Time{},
-		needFullSync:   true,
-		needListing:    true,
+		needRewrite:    true,
 	}
 	p.runner = newRunner(p.syncProxyRules, minSync, syncPeriod, clk)
 	return p, nil
+}
+
+// elementsPerCommand is how many map or set elements one nft command
+// carries: many with nft, one with knftables.Fake (recognised by its Dump
+// method), which would store a batch as a single element.
+func elementsPerCommand(nft knftables.Interface) int {
+	if _, fake := nft.(interface{ Dump() string }); fake {
+		return 1
+	}
+	return 1000
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -304,7 +326,7 @@ func (p *Proxier) OnServiceImportDelete(si *mcsv1beta1.ServiceImport) {
 }
 
 // OnServiceImportsSynced implements [Provider]. Once EndpointSlices have
-// synced too, it syncs at once.
+// synced too, it asks the sync loop for the first sync.
 func (p *Proxier) OnServiceImportsSynced() {
 	p.mu.Lock()
 	p.importsSynced = true
@@ -335,7 +357,7 @@ func (p *Proxier) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
 }
 
 // OnEndpointSlicesSynced implements [Provider]. Once ServiceImports have
-// synced too, it syncs at once.
+// synced too, it asks the sync loop for the first sync.
 func (p *Proxier) OnEndpointSlicesSynced() {
 	p.mu.Lock()
 	p.slicesSynced = true
@@ -349,9 +371,10 @@ func (p *Proxier) startSyncing(ready bool) {
 		return
 	}
 	p.initialized.Store(true)
-	// Once per lifetime, and before the loop may even run: the first full
-	// sync.
-	_ = p.syncProxyRules()
+	// The first sync writes the whole table, which takes seconds with tens
+	// of thousands of imports: the sync loop runs it, not the informer's
+	// goroutine that called us.
+	p.Sync()
 }
 
 // Sync implements [Provider].

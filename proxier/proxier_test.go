@@ -340,48 +340,78 @@ func TestSessionAffinity(t *testing.T) {
 		t.Fatalf("a new client can reach %v, want all four endpoints", got)
 	}
 	for _, o := range outs {
-		if o.affinitySet == "" {
-			t.Fatalf("path to %s records no affinity", o.endpoint)
+		if !strings.HasPrefix(o.affinity, podClient.String()+" . "+vip+" . tcp . 80 . ") {
+			t.Fatalf("path to %s records %q, want the client and the service port", o.endpoint, o.affinity)
 		}
 	}
-	tr.remember(p, outs[2])
-	if diff := cmp.Diff([]string{outs[2].endpoint}, endpoints(t, tr.trace(p))); diff != "" {
+	remembered := outs[2]
+	tr.remember(remembered)
+	if diff := cmp.Diff([]string{remembered.endpoint}, endpoints(t, tr.trace(p))); diff != "" {
 		t.Errorf("a remembered client goes elsewhere (-want +got):\n%s", diff)
 	}
 	other := pkt(netip.MustParseAddr("10.1.9.10"), vip, "tcp", 80)
 	if got := endpoints(t, tr.trace(other)); len(got) != 4 {
 		t.Errorf("another client can reach %v, want all four", got)
 	}
-	set := f.nft.Table.Sets[outs[2].affinitySet]
-	if set.Timeout == nil || set.Timeout.Seconds() != 60 {
-		t.Errorf("affinity set timeout %v, want 60s", set.Timeout)
+	if got := endpoints(t, tr.trace(pkt(podClient, vip, "udp", 53))); len(got) != 4 {
+		t.Errorf("the remembered client's other port reaches %v, want all four", got)
+	}
+	if !strings.Contains(f.nft.Dump(), " timeout 60s }") {
+		t.Errorf("no rule records clients with the 60 s timeout:\n%s", f.nft.Dump())
 	}
 
-	t.Run("a new timeout makes new sets and deletes the old ones", func(t *testing.T) {
+	t.Run("a new timeout keeps the clients and records with the new one", func(t *testing.T) {
 		f.p.OnServiceImportUpdate(webImport(withAffinity(60)), webImport(withAffinity(120)))
 		f.sync()
-		if f.nft.Table.Sets[outs[2].affinitySet] != nil {
-			t.Errorf("old affinity set %s is still there", outs[2].affinitySet)
+		outs := tr.trace(p)
+		if diff := cmp.Diff([]string{remembered.endpoint}, endpoints(t, outs)); diff != "" {
+			t.Errorf("a remembered client goes elsewhere (-want +got):\n%s", diff)
 		}
-		n := 0
-		for name, s := range f.nft.Table.Sets {
-			if strings.HasPrefix(name, affinitySetPrefix) {
-				n++
-				if s.Timeout.Seconds() != 120 {
-					t.Errorf("set %s has timeout %v", name, s.Timeout)
-				}
-			}
-		}
-		if n != 8 {
-			t.Errorf("%d affinity sets, want 8 (2 ports x 4 endpoints)", n)
+		if !strings.Contains(strings.Join(outs[0].trail, "\n"), "timeout 120s") {
+			t.Errorf("the client is recorded by %v, want the 120 s timeout", outs[0].trail)
 		}
 	})
-	t.Run("turning affinity off deletes the sets and endpoint chains", func(t *testing.T) {
+	t.Run("a client of a removed endpoint is balanced again; others keep theirs", func(t *testing.T) {
+		tr.forget()
+		var gone, kept outcome
+		for _, o := range tr.trace(p) {
+			switch o.endpoint {
+			case "10.2.0.2:8080":
+				gone = o
+			case "10.1.0.1:8080":
+				kept = o
+			}
+		}
+		tr.remember(gone)
+		tr.remember(outcome{affinity: strings.Replace(kept.affinity, podClient.String(), other.src.String(), 1)})
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
+		f.sync()
+		if got := endpoints(t, tr.trace(p)); len(got) != 3 || slices.Contains(got, "10.2.0.2:8080") {
+			t.Errorf("the removed endpoint's client reaches %v, want the three left", got)
+		}
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, tr.trace(other))); diff != "" {
+			t.Errorf("another client lost its endpoint (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("turning affinity off deletes the affinity chains", func(t *testing.T) {
 		f.p.OnServiceImportUpdate(webImport(withAffinity(120)), webImport())
 		f.sync()
 		f.clock.Step(staleChainDelay)
 		f.sync()
-		f.assertGolden("basic")
+		for name := range f.nft.Table.Chains {
+			if strings.Contains(name, affinityChainInfix) {
+				t.Errorf("chain %s is still there", name)
+			}
+		}
+		outs := tr.trace(p)
+		if got := endpoints(t, outs); len(got) != 3 {
+			t.Errorf("endpoints %v, want the three left", got)
+		}
+		for _, o := range outs {
+			if o.affinity != "" {
+				t.Errorf("path to %s still records the client", o.endpoint)
+			}
+		}
 	})
 }
 
@@ -407,6 +437,23 @@ func TestMasquerade(t *testing.T) {
 		f.start(append(webSlices(), webImport())...)
 		self := netip.MustParseAddr("10.1.0.1")
 		for _, o := range f.tracer().trace(pkt(self, vip, "tcp", 80)) {
+			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
+				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+			}
+		}
+	})
+	t.Run("with a node name, only this node's endpoints are hairpin candidates", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b")))
+		var hairpin []string
+		for _, e := range f.nft.Table.Sets[hairpinConnectionsSet].Elements {
+			hairpin = append(hairpin, strings.Join(e.Key, " . "))
+		}
+		if diff := cmp.Diff([]string{"10.1.0.1 . 10.1.0.1 . tcp . 8080"}, hairpin); diff != "" {
+			t.Errorf("hairpin-connections (-want +got):\n%s", diff)
+		}
+		for _, o := range f.tracer().trace(pkt(netip.MustParseAddr("10.1.0.1"), vip, "tcp", 80)) {
 			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
 				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
 			}
@@ -441,17 +488,23 @@ func TestPartialSync(t *testing.T) {
 		return f
 	}
 
-	t.Run("an endpoint change rewrites only that service's chain", func(t *testing.T) {
+	t.Run("an endpoint change writes only that service's changed elements", func(t *testing.T) {
 		f := setup(t)
 		s := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1"))
 		f.p.OnEndpointSliceUpdate(nil, s)
 		f.sync()
 		tx := f.nft.LastTransaction.String()
-		webHTTP := serviceChainName(nameOf(webImport()), v1.ProtocolTCP, 80)
-		if !strings.Contains(tx, "flush chain ip mcsd "+webHTTP) {
-			t.Errorf("web's chain was not rewritten:\n%s", tx)
+		for _, want := range []string{
+			"delete element ip mcsd backends-tcp { 243.1.0.10 . 80 . 3 }",
+			"add element ip mcsd service-ips { 243.1.0.10 . tcp . 80 : goto lb-tcp-3 }",
+		} {
+			if !strings.Contains(tx, want) {
+				t.Errorf("transaction lacks %q:\n%s", want, tx)
+			}
 		}
-		for _, unwanted := range []string{"other/", "add table", "flush map", "flush set", "243.1.0.11", "filter-"} {
+		// Endpoints that stay keep their index: nothing about them is
+		// written.
+		for _, unwanted := range []string{"10.1.0.1", "10.1.0.2", "10.2.0.1", "243.1.0.11", "add table", "flush map", "flush set", "filter-"} {
 			if strings.Contains(tx, unwanted) {
 				t.Errorf("partial sync touches %q:\n%s", unwanted, tx)
 			}
@@ -497,9 +550,9 @@ func TestPartialSync(t *testing.T) {
 			t.Errorf("%d list calls after the first sync", n)
 		}
 	})
-	t.Run("a removed service's chain is flushed, then deleted a moment later", func(t *testing.T) {
+	t.Run("a shared chain whose last user goes is flushed, then deleted a moment later", func(t *testing.T) {
 		f := setup(t)
-		chain := serviceChainName(nameOf(other), v1.ProtocolTCP, 80)
+		chain := lbChainName("tcp", 1, 0)
 		f.p.OnServiceImportDelete(other)
 		f.p.OnEndpointSliceDelete(otherSlice)
 		f.sync()
@@ -552,7 +605,7 @@ func TestPartialSync(t *testing.T) {
 }
 
 func TestFullSync(t *testing.T) {
-	t.Run("a full sync restores a table flushed by hand", func(t *testing.T) {
+	t.Run("a periodic resync restores a table flushed by hand", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
 		// What "nft flush table ip mcsd" does: every chain loses its
@@ -568,7 +621,34 @@ func TestFullSync(t *testing.T) {
 		f.fullSync()
 		f.assertGolden("basic")
 	})
-	t.Run("a table flushed by hand is rewritten at the next periodic sync, for one chain listing", func(t *testing.T) {
+	t.Run("a periodic resync of an intact table writes nothing", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		runs := f.nft.runs
+		f.fullSync()
+		if f.nft.runs != runs {
+			t.Errorf("resync of an intact table ran a transaction:\n%s", f.nft.LastTransaction)
+		}
+	})
+	t.Run("a periodic resync rewrites only the chains whose rules changed", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.nft.Lock()
+		f.nft.Table.Chains["lb-tcp-4"].Rules = nil
+		f.nft.Unlock()
+		f.fullSync()
+		tx := f.nft.LastTransaction.String()
+		if !strings.Contains(tx, "flush chain ip mcsd lb-tcp-4") {
+			t.Errorf("the emptied chain is not rewritten:\n%s", tx)
+		}
+		for _, unwanted := range []string{"delete table", "element", "services", "lb-udp-4"} {
+			if strings.Contains(tx, unwanted) {
+				t.Errorf("resync touches %q:\n%s", unwanted, tx)
+			}
+		}
+		f.assertGolden("basic")
+	})
+	t.Run("a table flushed by hand is rewritten at the next table check, without listing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
 		f.nft.Lock()
@@ -576,7 +656,6 @@ func TestFullSync(t *testing.T) {
 			c.Rules = nil
 		}
 		f.nft.Unlock()
-		lists := f.nft.listCalls()
 		f.sync()
 		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
 			t.Fatalf("a sync within the sync period checked the table: verdicts %v", got)
@@ -584,16 +663,8 @@ func TestFullSync(t *testing.T) {
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
 		f.assertGolden("basic")
-		if n := f.nft.listCalls() - lists; n != 2 {
-			// One look at the base chain, then the full sync's listing of
-			// what is left.
-			t.Errorf("%d list calls to notice and repair the flush, want 2", n)
-		}
-		lists = f.nft.listCalls()
-		f.clock.Step(DefaultSyncPeriod)
-		f.sync()
-		if n := f.nft.listCalls() - lists; n != 1 {
-			t.Errorf("%d list calls for a periodic sync of an intact table, want 1", n)
+		if n := f.nft.listCalls(); n != 0 {
+			t.Errorf("%d list calls to notice and repair the flush, want none", n)
 		}
 	})
 	t.Run("a RuleCounter, when given, is asked instead of listing the chain", func(t *testing.T) {
@@ -618,7 +689,7 @@ func TestFullSync(t *testing.T) {
 		counter.err = fmt.Errorf("chain gone: %w", ErrNotFound)
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
-		if counter.asked != 3 || f.p.needFullSync {
+		if counter.asked != 3 || f.p.needRewrite {
 			t.Fatalf("counter asked %d times; a missing chain must trigger a full sync at once", counter.asked)
 		}
 	})
@@ -657,11 +728,9 @@ func TestFullSync(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.start(append(webSlices(), webImport())...)
-		if f.nft.listCalls() != 1 {
-			t.Errorf("%d list calls, want 1", f.nft.listCalls())
+		if f.nft.listCalls() != 0 {
+			t.Errorf("%d list calls, want none", f.nft.listCalls())
 		}
-		f.clock.Step(staleChainDelay)
-		f.sync()
 		f.assertGolden("basic")
 	})
 	t.Run("a failed sync is followed by a full one", func(t *testing.T) {
@@ -675,8 +744,8 @@ func TestFullSync(t *testing.T) {
 		}
 		failing.fail = false
 		f.sync()
-		if !strings.Contains(f.nft.LastTransaction.String(), "add table") {
-			t.Error("the sync after a failure is not a full sync")
+		if !strings.Contains(f.nft.LastTransaction.String(), "delete table") {
+			t.Error("the sync after a failure does not rewrite the table")
 		}
 		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
 			t.Errorf("verdicts %v after the import was deleted", got)
@@ -698,27 +767,75 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 }
 
 func TestConntrack(t *testing.T) {
-	t.Run("UDP flows to removed endpoints are cleared", func(t *testing.T) {
+	dns := ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
+	addrs := func(ips ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range ips {
+			out = append(out, netip.MustParseAddr(ip))
+		}
+		return out
+	}
+	addrCmp := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+	t.Run("a removed UDP endpoint: entries of the port not to an endpoint left are cleaned", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
-		if flows := f.ct.take(); len(flows) != 0 {
-			t.Errorf("first sync cleared %v", flows)
-		}
+		f.ct.take()
 		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
 		f.sync()
-		want := []UDPFlow{{Service: netip.MustParseAddrPort("243.1.0.10:53"), Endpoint: netip.MustParseAddr("10.2.0.2")}}
-		if diff := cmp.Diff(want, f.ct.take(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
-			cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
-			t.Errorf("cleared flows (-want +got):\n%s", diff)
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		want := map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
+		if diff := cmp.Diff(want, calls[0], addrCmp); diff != "" {
+			t.Errorf("cleaned (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("a deleted import clears its UDP flows", func(t *testing.T) {
+	t.Run("a UDP port's first endpoints clean the entries made while it had none", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport())
+		f.ct.take()
+		f.add(webSlices()[0])
+		f.sync()
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		if diff := cmp.Diff(map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
+			t.Errorf("cleaned (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a TCP-only change cleans nothing", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
+		f.ct.take()
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8081), udp("dns", 53, 5353)}, ready("10.2.0.1"), ready("10.2.0.2")))
+		f.sync()
+		if calls := f.ct.take(); len(calls) != 0 {
+			t.Errorf("cleaned %v for a TCP change", calls)
+		}
+	})
+	t.Run("a deleted import cleans every entry of its UDP ports", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(append(webSlices(), webImport())...)
+		f.ct.take()
 		f.p.OnServiceImportDelete(webImport())
 		f.sync()
-		if got := f.ct.take(); len(got) != 4 {
-			t.Errorf("cleared %v, want the four UDP endpoints", got)
+		calls := f.ct.take()
+		if len(calls) != 1 {
+			t.Fatalf("%d cleanups, want 1", len(calls))
+		}
+		if eps, ok := calls[0][dns]; !ok || len(eps) != 0 {
+			t.Errorf("cleaned %v, want every entry of %v", calls[0], dns)
+		}
+	})
+	t.Run("of an endpoint in two slices the ready copy counts", func(t *testing.T) {
+		f := newFixture(t, v1.IPv4Protocol)
+		f.start(webImport(),
+			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1")),
+			named(newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")), "web-moved"))
+		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+			t.Errorf("endpoints (-want +got):\n%s", diff)
 		}
 	})
 }
@@ -732,6 +849,10 @@ func TestHandlers(t *testing.T) {
 			t.Fatal("synced before EndpointSlices did")
 		}
 		f.p.OnEndpointSlicesSynced()
+		if f.nft.runs != 0 {
+			t.Fatal("the informer's goroutine ran the first sync; the sync loop should")
+		}
+		f.sync()
 		f.assertGolden("basic")
 	})
 	t.Run("a slice that moves to another service leaves the first one", func(t *testing.T) {
@@ -776,6 +897,11 @@ func TestDualStack(t *testing.T) {
 	d.OnEndpointSliceAdd(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")))
 	d.OnServiceImportsSynced()
 	d.OnEndpointSlicesSynced()
+	for _, p := range []*Proxier{d.IPv4(), d.IPv6()} {
+		if err := p.syncProxyRules(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := endpoints(t, newTracer(t, fake4.Fake).trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
 		t.Errorf("IPv4 endpoints %v", got)
 	}

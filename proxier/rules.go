@@ -62,13 +62,29 @@ var staticChains = []string{servicesChain, endpointsCheckChain, clustersetIPsChe
 
 // staticContainers are the maps and sets every sync keeps in step with the
 // services; their elements are diffed against what was committed.
-var staticContainers = []string{serviceIPsMap, noEndpointServicesMap, clustersetIPsSet, hairpinConnectionsSet}
+var staticContainers = []string{serviceIPsMap, noEndpointServicesMap, clustersetIPsSet, hairpinConnectionsSet,
+	backendsMapName("tcp"), backendsMapName("udp"), backendsMapName("sctp")}
+
+// maxEndpoints is the most endpoints one service port balances over: the
+// range of the index in a backends map's key. Further endpoints are left out.
+const maxEndpoints = 65536
+
+// affinityMaxClients bounds affinitySet. The kernel's default for a dynamic
+// set, 65535, is one endpoint's worth in kube-proxy's layout, where each
+// endpoint has a set; here one set serves every service.
+const affinityMaxClients = 1 << 20
 
 // words are the nftables words that differ between the two families.
 type words struct {
 	ip       string // "ip" or "ip6"
 	addrType string // "ipv4_addr" or "ipv6_addr"
 }
+
+// index is the expression of an endpoint index in the backends maps' and
+// affinitySet's keys, as their typeof declares it; "numgen random mod 1
+// offset i" is how a rule writes the constant i (constIndex), since nft
+// 1.0.6 cannot type a bare number there.
+const index = "numgen random mod 65536"
 
 func familyWords(family v1.IPFamily) words {
 	if family == v1.IPv6Protocol {
@@ -90,25 +106,24 @@ type staticOptions struct {
 }
 
 // writeStatic adds to tx the table and everything in it that does not depend
-// on the services, replacing whatever rules those chains held. resetBaseChains
-// deletes and recreates the base chains first, so that a table left by
-// another version with other hook priorities is corrected.
-func writeStatic(tx *knftables.Transaction, o staticOptions, resetBaseChains bool) {
-	tx.Add(&knftables.Table{Comment: ptr.To("mcsd: ClusterSetIPs of multi-cluster services")})
-	if resetBaseChains {
-		for _, bc := range baseChains {
-			tx.Add(&knftables.Chain{Name: bc.name})
-			tx.Delete(&knftables.Chain{Name: bc.name})
-		}
+// on the services, replacing whatever rules the static chains held. rewrite
+// deletes the table first, with all it holds: leftovers of an earlier run,
+// base chains of other hook priorities, and anything changed behind the
+// proxier's back go without the ruleset having to be listed.
+func writeStatic(tx *knftables.Transaction, o staticOptions, rewrite bool) {
+	table := &knftables.Table{Comment: ptr.To("mcsd: ClusterSetIPs of multi-cluster services")}
+	if rewrite {
+		tx.Add(table)
+		tx.Delete(table)
 	}
+	tx.Add(table)
 	for _, bc := range baseChains {
-		c := &knftables.Chain{Name: bc.name, Type: ptr.To(bc.kind), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
-		tx.Add(c)
-		tx.Flush(c)
+		tx.Add(staticChain(bc.name))
+		tx.Flush(staticChain(bc.name))
 	}
 	for _, name := range staticChains {
-		tx.Add(&knftables.Chain{Name: name})
-		tx.Flush(&knftables.Chain{Name: name})
+		tx.Add(staticChain(name))
+		tx.Flush(staticChain(name))
 	}
 
 	verdictMap := o.addrType + " . inet_proto . inet_service : verdict"
@@ -120,45 +135,77 @@ func writeStatic(tx *knftables.Transaction, o staticOptions, resetBaseChains boo
 		Comment: ptr.To("every programmed ClusterSetIP")})
 	tx.Add(&knftables.Set{Name: hairpinConnectionsSet, Type: o.addrType + " . " + o.addrType + " . inet_proto . inet_service",
 		Comment: ptr.To("local endpoint . itself . protocol . port: hairpin connections")})
-	tx.Flush(&knftables.Map{Name: serviceIPsMap})
-	tx.Flush(&knftables.Map{Name: noEndpointServicesMap})
-	tx.Flush(&knftables.Set{Name: clustersetIPsSet})
-	tx.Flush(&knftables.Set{Name: hairpinConnectionsSet})
+	// Typed by typeof, because no type name fits an index. One map per
+	// protocol, because the value's port must name the protocol of the
+	// rules that use it: nft 1.0.6 refuses a "udp dport" rule on a map
+	// whose value says "tcp dport", or "th dport" ("conflicting protocols
+	// specified").
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		tx.Add(&knftables.Map{Name: backendsMapName(proto),
+			TypeOf:  o.ip + " daddr . " + proto + " dport . " + index + " : " + o.ip + " daddr . " + proto + " dport",
+			Comment: ptr.To("ClusterSetIP . port . index -> endpoint address . port, for " + strings.ToUpper(proto))})
+	}
+	tx.Add(&knftables.Set{Name: affinitySet,
+		TypeOf:  o.ip + " saddr . " + o.ip + " daddr . meta l4proto . tcp dport . " + index,
+		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Size:    ptr.To[uint64](affinityMaxClients),
+		Comment: ptr.To("client . ClusterSetIP . protocol . port . endpoint index, for ClientIP affinity")})
 
+	for _, r := range staticRules(o) {
+		tx.Add(r)
+	}
+}
+
+// staticChain is the chain object of a static or base chain, with its hook
+// for a base chain.
+func staticChain(name string) *knftables.Chain {
+	for _, bc := range baseChains {
+		if bc.name == name {
+			return &knftables.Chain{Name: bc.name, Type: ptr.To(bc.kind), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
+		}
+	}
+	return &knftables.Chain{Name: name}
+}
+
+// staticRules are the rules of the base and static chains, in order.
+func staticRules(o staticOptions) []*knftables.Rule {
+	var rules []*knftables.Rule
+	add := func(r *knftables.Rule) { rules = append(rules, r) }
 	for _, j := range jumps {
-		tx.Add(&knftables.Rule{Chain: j.from, Rule: strings.TrimSpace(j.match + " jump " + j.to)})
+		add(&knftables.Rule{Chain: j.from, Rule: strings.TrimSpace(j.match + " jump " + j.to)})
 	}
 
 	// Rejects: a TCP reset for TCP (an immediate ECONNREFUSED), ICMP port
 	// unreachable for the rest.
-	tx.Add(&knftables.Rule{Chain: rejectChain, Rule: "meta l4proto tcp reject with tcp reset"})
-	tx.Add(&knftables.Rule{Chain: rejectChain, Rule: "reject"})
-	tx.Add(&knftables.Rule{Chain: endpointsCheckChain,
+	add(&knftables.Rule{Chain: rejectChain, Rule: "meta l4proto tcp reject with tcp reset"})
+	add(&knftables.Rule{Chain: rejectChain, Rule: "reject"})
+	add(&knftables.Rule{Chain: endpointsCheckChain,
 		Rule: o.ip + " daddr . meta l4proto . th dport vmap @" + noEndpointServicesMap})
-	tx.Add(&knftables.Rule{Chain: clustersetIPsCheckChain,
+	add(&knftables.Rule{Chain: clustersetIPsCheckChain,
 		Rule:    o.ip + " daddr @" + clustersetIPsSet + " goto " + rejectChain,
 		Comment: ptr.To("port not served by the ClusterSetIP")})
 
 	markMasquerade := "mark set mark or " + o.mark
 	switch {
 	case o.masqueradeAll:
-		tx.Add(&knftables.Rule{Chain: servicesChain,
+		add(&knftables.Rule{Chain: servicesChain,
 			Rule:    o.ip + " daddr @" + clustersetIPsSet + " " + markMasquerade,
 			Comment: ptr.To("masquerade all ClusterSetIP traffic")})
 	case len(o.podCIDRs) > 0:
-		tx.Add(&knftables.Rule{Chain: servicesChain,
+		add(&knftables.Rule{Chain: servicesChain,
 			Rule: o.ip + " daddr @" + clustersetIPsSet + " " + o.ip + " saddr != { " + strings.Join(o.podCIDRs, ", ") + " } " +
 				markMasquerade,
 			Comment: ptr.To("masquerade ClusterSetIP traffic from outside the pod network")})
 	}
-	tx.Add(&knftables.Rule{Chain: servicesChain,
+	add(&knftables.Rule{Chain: servicesChain,
 		Rule: o.ip + " daddr . meta l4proto . th dport vmap @" + serviceIPsMap})
 
-	tx.Add(&knftables.Rule{Chain: masqueradingChain,
+	add(&knftables.Rule{Chain: masqueradingChain,
 		Rule: "mark and " + o.mark + " != 0 mark set mark xor " + o.mark + " masquerade fully-random"})
-	tx.Add(&knftables.Rule{Chain: masqueradingChain,
+	add(&knftables.Rule{Chain: masqueradingChain,
 		Rule: "ct status dnat " + o.ip + " saddr . " + o.ip + " daddr . meta l4proto . th dport @" + hairpinConnectionsSet +
 			" masquerade fully-random"})
+	return rules
 }
 
 // dropVerdict is the no-endpoint-services verdict of a port whose
@@ -178,29 +225,36 @@ type element struct {
 
 // renderedService is everything one ServiceImport puts in nftables: the
 // outcome of render, kept after a successful sync as the committed state
-// the next partial sync is diffed against.
+// the next sync is diffed against.
 type renderedService struct {
 	vip string
-	// chains maps each chain to its rules.
-	chains map[string][]string
-	// sets maps each affinity set to its timeout.
-	sets     map[string]time.Duration
+	// chains maps each shared chain this service's elements point to, to
+	// its rules.
+	chains   map[string][]string
 	elements []element
-	// udp lists the endpoints each UDP port balances over, so that
-	// conntrack entries of removed ones can be cleared.
-	udp map[int32][]endpoint
+	// slots holds each service port's endpoints (by portKey) in the order
+	// of their index in its backends map (none for a port without endpoints);
+	// the next render keeps each endpoint at its index, so a sync writes
+	// only the elements that changed.
+	slots map[portKey][]endpoint
 	// endpoints counts the endpoints over all ports, for logs.
 	endpoints int
 }
 
-// render computes the rules, sets and map elements for svc given its slices.
-// It is a pure function of its inputs.
-func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words) *renderedService {
+// portKey names a service port among those of one ClusterSetIP.
+type portKey struct {
+	protocol v1.Protocol
+	port     int32
+}
+
+// render computes the map elements and the shared chains they point to for
+// svc given its slices. prev is what was committed for it (nil if nothing),
+// so that endpoints keep their index. It is a pure function of its inputs.
+func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, prev *renderedService) *renderedService {
 	r := &renderedService{
 		vip:    svc.vip,
 		chains: map[string][]string{},
-		sets:   map[string]time.Duration{},
-		udp:    map[int32][]endpoint{},
+		slots:  map[portKey][]endpoint{},
 	}
 	r.elements = append(r.elements, element{container: clustersetIPsSet, key: svc.vip})
 	for _, p := range svc.ports {
@@ -208,10 +262,9 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words) *
 		proto := strings.ToLower(string(p.protocol))
 		port := strconv.Itoa(int(p.port))
 		key := svc.vip + " . " + proto + " . " + port
-		if p.protocol == v1.ProtocolUDP {
-			r.udp[p.port] = c.endpoints
-		}
+		pk := portKey{p.protocol, p.port}
 		if len(c.endpoints) == 0 {
+			r.slots[pk] = nil
 			verdict := "goto " + rejectChain
 			if c.dropped {
 				verdict = dropVerdict
@@ -219,56 +272,107 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words) *
 			r.elements = append(r.elements, element{container: noEndpointServicesMap, key: key, value: verdict})
 			continue
 		}
-		r.endpoints += len(c.endpoints)
-		chain := serviceChainName(svc.name, p.protocol, p.port)
-		r.elements = append(r.elements, element{container: serviceIPsMap, key: key, value: "goto " + chain})
-		for _, e := range c.endpoints {
-			if e.cluster == pol.localCluster {
+		var before []endpoint
+		if prev != nil {
+			before = prev.slots[pk]
+		}
+		slots := assignSlots(before, c.endpoints)
+		r.slots[pk] = slots
+		r.endpoints += len(slots)
+		for i, e := range slots {
+			r.elements = append(r.elements, element{container: backendsMapName(proto),
+				key: svc.vip + " . " + port + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
+			if pol.isLocal(e) {
 				ip := e.ip.String()
 				r.elements = append(r.elements, element{container: hairpinConnectionsSet,
 					key: ip + " . " + ip + " . " + proto + " . " + strconv.Itoa(int(e.port))})
 			}
 		}
+		lb := lbChainName(proto, len(slots), svc.affinityTimeout)
+		r.elements = append(r.elements, element{container: serviceIPsMap, key: key, value: "goto " + lb})
 		if svc.affinityTimeout == 0 {
-			r.chains[chain] = []string{dnatRule(w, proto, c.endpoints)}
+			r.chains[lb] = []string{dnatRule(w, proto, fmt.Sprintf("numgen random mod %d", len(slots)))}
 			continue
 		}
-		// ClientIP affinity: a client seen recently (its address is in an
-		// endpoint's set) goes back to that endpoint; a new one is balanced
-		// over the endpoint chains, which record it.
-		rules := make([]string, 0, len(c.endpoints)+1)
-		targets := make([]string, len(c.endpoints))
-		for i, e := range c.endpoints {
-			epChain := endpointChainName(svc.name, p.protocol, p.port, e)
-			set := affinitySetName(svc.name, p.protocol, p.port, e, svc.affinityTimeout)
-			r.sets[set] = svc.affinityTimeout
-			rules = append(rules, w.ip+" saddr @"+set+" goto "+epChain)
-			targets[i] = "goto " + epChain
-			r.chains[epChain] = []string{
-				"update @" + set + " { " + w.ip + " saddr }",
-				"meta l4proto " + proto + " dnat to " + e.String(),
+		// ClientIP affinity: a client remembered with index i goes back
+		// to i; a new one is balanced over the backend chains, which
+		// remember it.
+		rules := make([]string, 0, len(slots)+1)
+		targets := make([]string, len(slots))
+		for i := range slots {
+			backend := backendChainName(proto, i, svc.affinityTimeout)
+			rules = append(rules, affinityKey(w, proto, i)+" @"+affinitySet+" goto "+backend)
+			targets[i] = "goto " + backend
+			r.chains[backend] = []string{
+				"update @" + affinitySet + " { " + affinityKey(w, proto, i) + " timeout " +
+					strconv.FormatInt(int64(svc.affinityTimeout/time.Second), 10) + "s }",
+				dnatRule(w, proto, constIndex(i)),
 			}
 		}
-		rules = append(rules, numgenRule("vmap", targets))
-		r.chains[chain] = rules
+		r.chains[lb] = append(rules, numgenVmap(targets))
 	}
 	return r
 }
 
-// dnatRule balances over endpoints straight from an anonymous map, without
-// a chain per endpoint.
-func dnatRule(w words, proto string, eps []endpoint) string {
-	targets := make([]string, len(eps))
-	for i, e := range eps {
-		targets[i] = e.ip.String() + " . " + strconv.Itoa(int(e.port))
+// assignSlots orders eps (sorted) for a backends map: an endpoint that had an
+// index below len(eps) keeps it, and the others fill the free indices in
+// order.
+func assignSlots(before, eps []endpoint) []endpoint {
+	if len(eps) > maxEndpoints {
+		eps = eps[:maxEndpoints]
 	}
-	return "meta l4proto " + proto + " dnat " + w.ip + " addr . port to " + numgenRule("map", targets)
+	byID := make(map[string]endpoint, len(eps))
+	for _, e := range eps {
+		byID[e.String()] = e
+	}
+	slots := make([]endpoint, len(eps))
+	filled := make([]bool, len(eps))
+	placed := make(map[string]bool, len(eps))
+	for i, e := range before[:min(len(before), len(slots))] {
+		// The current copy: its readiness or node may have changed.
+		if cur, ok := byID[e.String()]; ok {
+			slots[i], filled[i] = cur, true
+			placed[e.String()] = true
+		}
+	}
+	next := 0
+	for _, e := range eps {
+		if placed[e.String()] {
+			continue
+		}
+		for filled[next] {
+			next++
+		}
+		slots[next], filled[next] = e, true
+	}
+	return slots
 }
 
-// numgenRule is "numgen random mod N <kind> { 0 : t0 , 1 : t1 , ... }".
-func numgenRule(kind string, targets []string) string {
+// dnatRule DNATs to the endpoint at index idx of the packet's service port
+// in its protocol's backends map.
+func dnatRule(w words, proto, idx string) string {
+	return "dnat " + w.ip + " to " + w.ip + " daddr . " + proto + " dport . " + idx + " map @" + backendsMapName(proto)
+}
+
+// affinityKey is the packet's key in affinitySet for endpoint index i.
+func affinityKey(w words, proto string, i int) string {
+	return w.ip + " saddr . " + w.ip + " daddr . meta l4proto . " + proto + " dport . " + constIndex(i)
+}
+
+// constIndex is the index i as an expression of the index's type.
+func constIndex(i int) string {
+	if i == 0 {
+		return "numgen random mod 1"
+	}
+	return "numgen random mod 1 offset " + strconv.Itoa(i)
+}
+
+// numgenVmap is "numgen random mod N vmap { 0 : t0 , 1 : t1 , ... }". It
+// is only written in the few chains shared by affine service ports of one
+// size: an anonymous map per service is what made loading slow.
+func numgenVmap(targets []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "numgen random mod %d %s { ", len(targets), kind)
+	fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(targets))
 	for i, t := range targets {
 		if i > 0 {
 			b.WriteString(" , ")

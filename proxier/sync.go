@@ -2,14 +2,15 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
 	"sort"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 )
 
@@ -21,14 +22,13 @@ const staleChainDelay = time.Second
 
 // syncProxyRules brings the nftables table up to date with one transaction.
 //
-// A full sync (the first one, one after a failure, and one every
-// FullSyncPeriod) rewrites the whole table: static chains, every service's
-// chains, and the static maps and sets, flushed and filled again. A partial
-// sync rewrites only the chains of services that changed and adds or
-// deletes only the map elements that differ from what was committed. Neither
-// reads the kernel's ruleset, except a full sync after start or after a
-// failure, which lists the table's object names once to delete leftovers
-// it does not remember.
+// A rewrite (the first sync, one after a failure, one after the table was
+// found deleted or flushed) deletes the table and writes it all again. A
+// resync (every FullSyncPeriod) also counts the rules of each of the
+// proxier's chains, the only rules there are, and rewrites from the
+// committed state those whose count is not what was written; like a partial
+// sync it renders only the services that changed, so it costs about as
+// little and holds no change back. None of them reads the kernel's ruleset.
 func (p *Proxier) syncProxyRules() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -37,28 +37,37 @@ func (p *Proxier) syncProxyRules() error {
 		return nil
 	}
 	start := p.clock.Now()
-	full := p.needFullSync || start.Sub(p.lastFullSync) >= p.fullSyncPeriod
-	if !full && p.baseChainsDone && start.Sub(p.lastTableCheck) >= p.syncPeriod {
+	rewrite := p.needRewrite
+	resync := !rewrite && start.Sub(p.lastFullSync) >= p.fullSyncPeriod
+	if !rewrite && start.Sub(p.lastTableCheck) >= p.syncPeriod {
 		p.lastTableCheck = start
 		if !p.tableIntact() {
-			full, p.needListing = true, true
+			rewrite, resync = true, false
+		}
+	}
+	var repair []string
+	if resync {
+		var missing bool
+		if repair, missing = p.chainsToRepair(); missing {
+			rewrite, resync = true, false
 		}
 	}
 	changes := p.tracker.checkout()
 	changed := p.applyChanges(changes)
 
-	if len(p.staleChains) > 0 {
+	if len(p.staleChains) > 0 && !rewrite {
 		p.deleteStaleChains(start)
 	}
+	full := rewrite || resync
 	if !full && len(changed) == 0 {
 		p.synced()
 		return nil
 	}
 
-	// The services to write: all of them (and those to remove) on a full
-	// sync, the changed ones otherwise.
+	// The services to write: all of them (and those to remove) on a
+	// rewrite, the changed ones otherwise.
 	write := changed
-	if full {
+	if rewrite {
 		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
 		for name := range p.services {
 			write[name] = true
@@ -77,33 +86,30 @@ func (p *Proxier) syncProxyRules() error {
 		renders[name] = p.render(name)
 	}
 
-	var listed map[string][]string
-	if full && p.needListing {
-		var err error
-		if listed, err = p.nft.ListAll(context.Background()); err != nil {
-			if !knftables.IsNotFound(err) {
-				p.logger.Error(err, "Could not list the nftables table; leftovers from an earlier run stay until the next full sync")
-			}
-			listed = nil
-		}
-	}
-
 	tx := p.nft.NewTransaction()
-	if full {
-		writeStatic(tx, p.static, !p.baseChainsDone)
+	if rewrite {
+		writeStatic(tx, p.static, true)
 		p.elements.reset()
+		clear(p.chainUsers)
+		clear(p.staleChains)
 	}
-	p.writeServices(tx, names, renders, full, listed, start)
+	p.repairChains(tx, repair)
+	users, rules := p.writeServices(tx, names, renders, rewrite, start)
 
 	kind := "partial"
-	if full {
-		kind = "full"
+	switch {
+	case rewrite:
+		kind = "rewrite"
+	case resync:
+		kind = "resync"
 	}
 	p.logger.V(2).Info("Syncing nftables rules", "sync", kind, "services", len(names), "operations", tx.NumOperations())
 	if logger := p.logger.V(9); logger.Enabled() {
 		logger.Info("Running nftables transaction", "transaction", tx.String())
 	}
-	if err := p.nft.Run(context.Background(), tx); err != nil {
+	if tx.NumOperations() == 0 {
+		// A resync that found every chain intact, with no change to apply.
+	} else if err := p.nft.Run(context.Background(), tx); err != nil {
 		p.logger.Error(err, "nftables sync failed; the next sync rewrites the whole table", "sync", kind)
 		if logger := p.logger.V(4); logger.Enabled() {
 			logger.Info("Failed nftables transaction", "transaction", tx.String())
@@ -111,13 +117,13 @@ func (p *Proxier) syncProxyRules() error {
 		p.metrics.syncFailures.WithLabelValues(string(p.family)).Inc()
 		// The element store already counts this transaction's changes and
 		// staleChains its flushes: start over.
-		p.needFullSync = true
-		p.needListing = true
+		p.elements.reset()
+		p.needRewrite = true
 		clear(p.staleChains)
 		return err
 	}
 
-	stale := p.staleUDPFlows(names, renders)
+	conntrackChanged, goneDatagramPorts := p.conntrackChanges(names, renders)
 	for _, name := range names {
 		p.uncarry(p.committed[name])
 		if r := renders[name]; r != nil {
@@ -127,10 +133,9 @@ func (p *Proxier) syncProxyRules() error {
 		}
 		p.carry(renders[name])
 	}
+	p.chainUsers, p.chainRules = users, rules
 	if full {
-		p.needFullSync = false
-		p.needListing = false
-		p.baseChainsDone = true
+		p.needRewrite = false
 		p.lastFullSync = start
 		p.lastTableCheck = start
 	}
@@ -144,7 +149,9 @@ func (p *Proxier) syncProxyRules() error {
 			}
 		}
 	}
-	p.clearConntrack(stale)
+	if conntrackChanged || full {
+		p.cleanConntrack(goneDatagramPorts)
+	}
 
 	now := p.clock.Now()
 	elapsed := now.Sub(start).Seconds()
@@ -258,137 +265,142 @@ func (p *Proxier) render(name types.NamespacedName) *renderedService {
 			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
 		return nil
 	}
-	return render(svc, p.slices[name], p.policy, p.words)
+	return render(svc, p.slices[name], p.policy, p.words, p.committed[name])
 }
 
 // writeServices adds to tx the changes that take the given services from
-// their committed rules to renders, in an order nftables accepts: chains
-// before the rules and elements that refer to them, flushes of the chains
-// that go before deletions of the sets their rules used. On a full sync
-// every chain is rewritten and every element added (the containers were
-// flushed), and leftovers are found in listed if the table was listed.
+// their committed state to renders, in an order nftables accepts: shared
+// chains before the elements that point to them. A shared chain is written
+// when its first user comes (every used one on a rewrite) and
+// flushed when its last user goes, to be deleted a moment later. It returns
+// the number of users and the rules of each shared chain once tx is
+// committed.
 func (p *Proxier) writeServices(tx *knftables.Transaction, names []types.NamespacedName, renders map[types.NamespacedName]*renderedService,
-	full bool, listed map[string][]string, now time.Time) {
-	type chainRules struct {
-		name  string
-		rules []string
+	rewrite bool, now time.Time) (map[string]int, map[string][]string) {
+	users := maps.Clone(p.chainUsers)
+	rules := maps.Clone(p.chainRules)
+	if rewrite {
+		clear(rules)
 	}
-	var written []chainRules
-	var newSets []*knftables.Set
-	var goneChains []string
-	var goneSets []knftables.Object
-
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
+		if old != nil && !rewrite {
+			for c := range old.chains {
+				users[c]--
+			}
+		}
 		if cur != nil {
-			for _, chain := range sortedKeys(cur.chains) {
-				rules := cur.chains[chain]
-				_, stale := p.staleChains[chain]
-				if full || stale || old == nil || !slices.Equal(old.chains[chain], rules) {
-					written = append(written, chainRules{chain, rules})
-					delete(p.staleChains, chain)
-				}
-			}
-			for _, set := range sortedKeys(cur.sets) {
-				if full || old == nil || old.sets[set] != cur.sets[set] {
-					newSets = append(newSets, &knftables.Set{
-						Name: set,
-						Type: p.words.addrType,
-						// "dynamic" is what the kernel turns a set
-						// updated from the packet path into anyway;
-						// without it, adding the set again would look
-						// like a change of flags.
-						Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-						Timeout: ptr.To(cur.sets[set]),
-					})
-				}
-			}
-		}
-		if old != nil && listed == nil {
-			for _, chain := range sortedKeys(old.chains) {
-				if cur == nil || cur.chains[chain] == nil {
-					goneChains = append(goneChains, chain)
-				}
-			}
-			for _, set := range sortedKeys(old.sets) {
-				if cur == nil || cur.sets[set] == 0 {
-					goneSets = append(goneSets, &knftables.Set{Name: set})
-				}
+			for c, r := range cur.chains {
+				users[c]++
+				rules[c] = r
 			}
 		}
 	}
-	if listed != nil {
-		// Everything in the table that this sync does not write is a
-		// leftover, whether remembered or not.
-		wanted := map[string]bool{}
-		for _, bc := range baseChains {
-			wanted[bc.name] = true
-		}
-		for _, c := range staticChains {
-			wanted[c] = true
-		}
-		for _, c := range staticContainers {
-			wanted[c] = true
-		}
-		for _, r := range renders {
-			if r == nil {
-				continue
+	var written, gone []string
+	for c, n := range users {
+		switch {
+		case n <= 0:
+			delete(users, c)
+			delete(rules, c)
+			if p.chainUsers[c] > 0 {
+				gone = append(gone, c)
 			}
-			for c := range r.chains {
-				wanted[c] = true
-			}
-			for s := range r.sets {
-				wanted[s] = true
-			}
-		}
-		clear(p.staleChains)
-		for _, c := range listed["chain"] {
-			if !wanted[c] {
-				goneChains = append(goneChains, c)
-			}
-		}
-		sort.Strings(goneChains)
-		for _, set := range slices.Sorted(slices.Values(listed["set"])) {
-			if !wanted[set] {
-				goneSets = append(goneSets, &knftables.Set{Name: set})
-			}
-		}
-		for _, m := range slices.Sorted(slices.Values(listed["map"])) {
-			if !wanted[m] {
-				goneSets = append(goneSets, &knftables.Map{Name: m})
+		case rewrite || p.chainUsers[c] == 0:
+			written = append(written, c)
+		default:
+			if _, stale := p.staleChains[c]; stale {
+				written = append(written, c)
 			}
 		}
 	}
-
+	sort.Strings(written)
+	sort.Strings(gone)
 	for _, c := range written {
-		tx.Add(&knftables.Chain{Name: c.name})
-		tx.Flush(&knftables.Chain{Name: c.name})
-	}
-	for _, s := range newSets {
-		tx.Add(s)
+		tx.Add(&knftables.Chain{Name: c})
+		tx.Flush(&knftables.Chain{Name: c})
+		delete(p.staleChains, c)
 	}
 	for _, c := range written {
-		for _, rule := range c.rules {
-			tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
+		for _, rule := range rules[c] {
+			tx.Add(&knftables.Rule{Chain: c, Rule: rule})
 		}
 	}
 	for _, name := range names {
 		old, cur := p.committed[name], renders[name]
 		var oldElements, curElements []element
-		if old != nil && !full {
+		if old != nil && !rewrite {
 			oldElements = old.elements
 		}
 		if cur != nil {
 			curElements = cur.elements
 		}
-		p.elements.diff(tx, oldElements, curElements)
+		p.elements.diff(oldElements, curElements)
 	}
-	for _, c := range goneChains {
+	p.elements.write(tx)
+	for _, c := range gone {
 		tx.Flush(&knftables.Chain{Name: c})
 		p.staleChains[c] = now
 	}
-	for _, obj := range goneSets {
-		tx.Delete(obj)
+	return users, rules
+}
+
+// chainsToRepair counts the rules of each static and shared chain through
+// the RuleCounter and returns those whose count differs from what was
+// written (someone flushed them, or added or deleted a rule), and whether a
+// static chain is gone altogether, which only a rewrite repairs. A rule
+// changed in place, keeping the count, goes unnoticed until the next
+// rewrite.
+func (p *Proxier) chainsToRepair() (repair []string, missing bool) {
+	want := map[string]int{}
+	for _, bc := range baseChains {
+		want[bc.name] = 0
+	}
+	for _, c := range staticChains {
+		want[c] = 0
+	}
+	for _, r := range staticRules(p.static) {
+		want[r.Chain]++
+	}
+	for c, rules := range p.chainRules {
+		want[c] = len(rules)
+	}
+	for _, c := range slices.Sorted(maps.Keys(want)) {
+		n, err := p.ruleCounter.CountRules(p.family, c)
+		switch {
+		case errors.Is(err, ErrNotFound) && p.chainRules[c] == nil:
+			p.logger.Info("A chain of the nftables table was deleted behind the proxier's back; rewriting the table", "chain", c)
+			return nil, true
+		case err != nil || n != want[c]:
+			p.logger.Info("A chain of the nftables table was changed behind the proxier's back; rewriting it", "chain", c, "rules", n, "want", want[c], "err", err)
+			repair = append(repair, c)
+		}
+	}
+	return repair, false
+}
+
+// repairChains adds to tx a rewrite of each of chains from the committed
+// state.
+func (p *Proxier) repairChains(tx *knftables.Transaction, chains []string) {
+	if len(chains) == 0 {
+		return
+	}
+	static := map[string][]*knftables.Rule{}
+	for _, r := range staticRules(p.static) {
+		static[r.Chain] = append(static[r.Chain], r)
+	}
+	for _, c := range chains {
+		chain := staticChain(c)
+		tx.Add(chain)
+		tx.Flush(chain)
+		if rules, ok := p.chainRules[c]; ok {
+			for _, rule := range rules {
+				tx.Add(&knftables.Rule{Chain: c, Rule: rule})
+			}
+			continue
+		}
+		for _, r := range static[c] {
+			tx.Add(r)
+		}
 	}
 }
 
@@ -416,58 +428,76 @@ func (p *Proxier) deleteStaleChains(now time.Time) {
 		// finds what is left.
 		p.logger.Error(err, "Could not delete stale nftables chains; the next sync rewrites the whole table", "chains", len(deleted))
 		p.metrics.cleanupFailures.WithLabelValues(string(p.family)).Inc()
-		p.needFullSync = true
-		p.needListing = true
+		p.needRewrite = true
 	}
 }
 
-// staleUDPFlows lists the UDP flows whose endpoint a sync of names takes
-// away: an endpoint that served a UDP port of a ClusterSetIP and no longer
-// does.
-func (p *Proxier) staleUDPFlows(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) []UDPFlow {
-	var flows []UDPFlow
+// datagramPorts are a service's UDP and SCTP ports with the addresses of
+// the endpoints its rules send them to.
+func datagramPorts(r *renderedService) map[ServicePort][]netip.Addr {
+	if r == nil {
+		return nil
+	}
+	vip, err := netip.ParseAddr(r.vip)
+	if err != nil {
+		return nil
+	}
+	ports := map[ServicePort][]netip.Addr{}
+	for pk, eps := range r.slots {
+		if pk.protocol != v1.ProtocolUDP && pk.protocol != v1.ProtocolSCTP {
+			continue
+		}
+		addrs := make([]netip.Addr, len(eps))
+		for i, e := range eps {
+			addrs[i] = e.ip
+		}
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		ports[ServicePort{Protocol: pk.protocol, Address: netip.AddrPortFrom(vip, uint16(pk.port))}] = slices.Compact(addrs)
+	}
+	return ports
+}
+
+// conntrackChanges says whether syncing names changes where any datagram
+// port sends (a port added or gone, an endpoint added or gone), and returns
+// the ports that go away.
+func (p *Proxier) conntrackChanges(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService) (bool, map[ServicePort][]netip.Addr) {
+	changed := false
+	gone := map[ServicePort][]netip.Addr{}
 	for _, name := range names {
-		old, cur := p.committed[name], renders[name]
-		if old == nil {
-			continue
-		}
-		vip, err := netip.ParseAddr(old.vip)
-		if err != nil {
-			continue
-		}
-		for port, eps := range old.udp {
-			kept := map[netip.Addr]bool{}
-			if cur != nil && cur.vip == old.vip {
-				for _, e := range cur.udp[port] {
-					kept[e.ip] = true
-				}
+		before, after := datagramPorts(p.committed[name]), datagramPorts(renders[name])
+		for port, eps := range before {
+			now, ok := after[port]
+			if !ok {
+				gone[port] = nil
 			}
-			for _, e := range eps {
-				if !kept[e.ip] {
-					flows = append(flows, UDPFlow{Service: netip.AddrPortFrom(vip, uint16(port)), Endpoint: e.ip})
-					kept[e.ip] = true
-				}
+			changed = changed || !ok || !slices.Equal(eps, now)
+		}
+		for port := range after {
+			if _, ok := before[port]; !ok {
+				changed = true
 			}
 		}
 	}
-	return flows
+	return changed, gone
 }
 
-// clearConntrack deletes the conntrack entries of stale UDP flows.
-func (p *Proxier) clearConntrack(flows []UDPFlow) {
-	if len(flows) == 0 {
+// cleanConntrack deletes the conntrack entries of every datagram port the
+// table serves (and of those just gone) whose replies do not come from an
+// endpoint the rules send that port to, as kube-proxy does after a sync.
+func (p *Proxier) cleanConntrack(gone map[ServicePort][]netip.Addr) {
+	ports := gone
+	for _, r := range p.committed {
+		maps.Copy(ports, datagramPorts(r))
+	}
+	if len(ports) == 0 {
 		return
 	}
-	n, err := p.conntrack.DeleteUDPFlows(p.family, flows)
+	n, err := p.conntrack.CleanStaleEntries(p.family, ports)
 	p.metrics.conntrackDeleted.WithLabelValues(string(p.family)).Add(float64(n))
 	if err != nil {
 		p.metrics.conntrackFailures.WithLabelValues(string(p.family)).Inc()
-		p.logger.Error(err, "Could not delete conntrack entries of UDP flows to removed endpoints; clients may keep sending to them", "flows", len(flows))
+		p.logger.Error(err, "Could not delete stale conntrack entries of UDP and SCTP ClusterSetIP ports; clients may keep sending to removed endpoints", "ports", len(ports))
 		return
 	}
-	p.logger.V(4).Info("Deleted conntrack entries of UDP flows to removed endpoints", "flows", len(flows), "entries", n)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	return slices.Sorted(maps.Keys(m))
+	p.logger.V(4).Info("Deleted stale conntrack entries", "ports", len(ports), "entries", n)
 }

@@ -195,8 +195,9 @@ type outcome struct {
 	endpoint string
 	// masquerade says whether the packet leaves with the node's address.
 	masquerade bool
-	// affinitySet is the set this path records the client in.
-	affinitySet string
+	// affinity is the key this path records in the affinity set, as
+	// "client . ClusterSetIP . protocol . port . index".
+	affinity string
 	// trail lists the rules that acted, for failure messages.
 	trail []string
 }
@@ -218,37 +219,37 @@ func (o outcome) String() string {
 type tracer struct {
 	t   testing.TB
 	nft *knftables.Fake
-	// affinity holds the clients each affinity set remembers; the Fake
-	// has no packet path to fill them.
-	affinity map[string]map[string]bool
+	// affinity holds the keys the affinity set remembers; the Fake has no
+	// packet path to fill it.
+	affinity map[string]bool
 }
 
 func newTracer(t testing.TB, nft *knftables.Fake) *tracer {
-	return &tracer{t: t, nft: nft, affinity: map[string]map[string]bool{}}
+	return &tracer{t: t, nft: nft, affinity: map[string]bool{}}
 }
 
-// remember records the client of o in the affinity set o updated, as the
+// remember records the key o's path updates in the affinity set, as the
 // kernel does when that path is taken.
-func (tr *tracer) remember(pkt packet, o outcome) {
-	if o.affinitySet == "" {
+func (tr *tracer) remember(o outcome) {
+	if o.affinity == "" {
 		tr.t.Fatalf("outcome %v records no affinity", o)
 	}
-	if tr.affinity[o.affinitySet] == nil {
-		tr.affinity[o.affinitySet] = map[string]bool{}
-	}
-	tr.affinity[o.affinitySet][pkt.src.String()] = true
+	tr.affinity[o.affinity] = true
 }
+
+// forget empties the affinity set, as its timeout does.
+func (tr *tracer) forget() { clear(tr.affinity) }
 
 // traceState is a packet on its way, with what happened to it so far.
 type traceState struct {
-	pkt         packet
-	mark        uint32
-	dnat        bool
-	endpoint    string
-	masquerade  bool
-	affinitySet string
-	verdict     string // set once a terminal statement ran
-	trail       []string
+	pkt        packet
+	mark       uint32
+	dnat       bool
+	endpoint   string
+	masquerade bool
+	affinity   string
+	verdict    string // set once a terminal statement ran
+	trail      []string
 }
 
 // trace sends pkt through the nat hook before routing, the filter hook and
@@ -283,7 +284,7 @@ func (tr *tracer) trace(pkt packet) []outcome {
 }
 
 func (st traceState) outcome() outcome {
-	o := outcome{verdict: st.verdict, endpoint: st.endpoint, masquerade: st.masquerade, affinitySet: st.affinitySet, trail: st.trail}
+	o := outcome{verdict: st.verdict, endpoint: st.endpoint, masquerade: st.masquerade, affinity: st.affinity, trail: st.trail}
 	if o.verdict == "" || o.verdict == "accept" {
 		o.verdict = "accept"
 		if st.dnat {
@@ -395,21 +396,16 @@ func (tr *tracer) rule(chain, text string, st traceState) []step {
 			}
 			i += 5
 		case isSelector(words, i):
-			var values []string
-			for {
-				v, n := tr.selector(words, i, st)
-				if n == 0 {
-					return fail("selector at %q", strings.Join(words[i:], " "))
-				}
-				values = append(values, v)
-				i += n
-				if i < len(words) && words[i] == "." {
-					i++
-					continue
-				}
-				break
+			keys, n := tr.concat(words, i, st)
+			if n == 0 || len(keys) != 1 {
+				return fail("selector at %q", strings.Join(words[i:], " "))
 			}
-			key := strings.Join(values, " . ")
+			i += n
+			key := keys[0]
+			if key == "" {
+				// "tcp dport" on a packet of another protocol.
+				return noMatch
+			}
 			if i >= len(words) {
 				return fail("selector without a match")
 			}
@@ -443,9 +439,14 @@ func (tr *tracer) rule(chain, text string, st traceState) []step {
 				}
 				i++
 			}
-		case w == "update" && i+5 < len(words) && words[i+2] == "{" && words[i+5] == "}":
-			st.affinitySet = strings.TrimPrefix(words[i+1], "@")
-			i += 6
+		case w == "update" && i+3 < len(words) && words[i+1] == "@"+affinitySet && words[i+2] == "{":
+			keys, n := tr.concat(words, i+3, st)
+			j := i + 3 + n
+			if n == 0 || len(keys) != 1 || keys[0] == "" || j+3 > len(words) || words[j] != "timeout" || words[j+2] != "}" {
+				return fail("update")
+			}
+			st.affinity = keys[0]
+			i = j + 3
 		case w == "numgen":
 			branches, n := tr.numgen(words, i)
 			if n == 0 {
@@ -496,39 +497,100 @@ func (tr *tracer) verdict(st traceState, v string) []step {
 	return nil
 }
 
-// dnat handles "dnat to A" and "dnat ip addr . port to numgen ... map {...}".
+// dnat handles "dnat ip to <key> map @backends-<proto>", where the key may end in
+// "numgen random mod N": every branch is taken.
 func (tr *tracer) dnat(words []string, st traceState, fail func(string, ...any) []step) []step {
-	to := func(target string) traceState {
-		s := st
-		ap, err := netip.ParseAddrPort(target)
-		if err != nil {
-			tr.t.Fatalf("bad dnat target %q: %v", target, err)
+	if len(words) < 6 || (words[1] != "ip" && words[1] != "ip6") || words[2] != "to" {
+		return fail("dnat form")
+	}
+	keys, n := tr.concat(words, 3, st)
+	if n == 0 || 3+n+2 != len(words) || words[3+n] != "map" || !strings.HasPrefix(words[4+n], "@"+backendsMapPrefix) {
+		return fail("dnat map")
+	}
+	var out []step
+	for _, key := range keys {
+		if key == "" {
+			return []step{{st: st}}
 		}
+		value, ok := tr.mapLookup(strings.TrimPrefix(words[4+n], "@"), key)
+		if !ok {
+			tr.t.Errorf("no backend for %q: a packet taking this branch is not DNATed", key)
+			continue
+		}
+		addr, port, ok := strings.Cut(value, " . ")
+		if !ok {
+			return fail("backend value %q", value)
+		}
+		a := netip.MustParseAddr(addr)
+		p, _ := strconv.Atoi(port)
+		s := st
+		ap := netip.AddrPortFrom(a, uint16(p))
 		s.dnat, s.endpoint, s.verdict = true, ap.String(), "accept"
 		s.pkt.dst, s.pkt.dport = ap.Addr(), int(ap.Port())
-		return s
+		out = append(out, step{st: s})
 	}
-	if len(words) == 3 && words[1] == "to" {
-		return []step{{st: to(words[2])}}
-	}
-	if len(words) > 6 && (words[1] == "ip" || words[1] == "ip6") && strings.Join(words[2:6], " ") == "addr . port to" {
-		branches, n := tr.numgen(words, 6)
-		if n == 0 || words[10] != "map" || 6+n != len(words) {
-			return fail("dnat map")
-		}
-		var out []step
-		for _, b := range branches {
-			addr, port, ok := strings.Cut(b, " . ")
-			if !ok {
-				return fail("dnat map value %q", b)
+	return out
+}
+
+// concat evaluates the concatenation of selectors at words[i:] and returns
+// its values (one per branch of a "numgen random mod N" in it) and the
+// number of words used. A value is empty when a protocol's selector ("tcp
+// dport") meets a packet of another protocol: the rule does not match.
+func (tr *tracer) concat(words []string, i int, st traceState) ([]string, int) {
+	keys := []string{""}
+	start := i
+	mismatch := false
+	for {
+		var values []string
+		var n int
+		if i+3 < len(words) && words[i] == "numgen" && words[i+1] == "random" && words[i+2] == "mod" {
+			mod, err := strconv.Atoi(words[i+3])
+			if err != nil || mod < 1 {
+				return nil, 0
 			}
-			a := netip.MustParseAddr(addr)
-			p, _ := strconv.Atoi(port)
-			out = append(out, step{st: to(netip.AddrPortFrom(a, uint16(p)).String())})
+			n = 4
+			offset := 0
+			if i+5 < len(words) && words[i+4] == "offset" {
+				if offset, err = strconv.Atoi(words[i+5]); err != nil {
+					return nil, 0
+				}
+				n = 6
+			}
+			for k := 0; k < mod; k++ {
+				values = append(values, strconv.Itoa(offset+k))
+			}
+		} else {
+			v, m := tr.selector(words, i, st)
+			if m == 0 {
+				return nil, 0
+			}
+			if v == "" {
+				mismatch = true
+			}
+			values, n = []string{v}, m
 		}
-		return out
+		var next []string
+		for _, k := range keys {
+			for _, v := range values {
+				if k == "" {
+					next = append(next, v)
+				} else {
+					next = append(next, k+" . "+v)
+				}
+			}
+		}
+		keys = next
+		i += n
+		if i < len(words) && words[i] == "." {
+			i++
+			continue
+		}
+		break
 	}
-	return fail("dnat form")
+	if mismatch {
+		return []string{""}, i - start
+	}
+	return keys, i - start
 }
 
 // numgen parses "numgen random mod N (map|vmap) { 0 : v , ... }" at words[i:]
@@ -579,7 +641,7 @@ func isSelector(words []string, i int) bool {
 		return false
 	}
 	switch words[i] + " " + words[i+1] {
-	case "ip daddr", "ip saddr", "ip6 daddr", "ip6 saddr", "meta l4proto", "th dport":
+	case "ip daddr", "ip saddr", "ip6 daddr", "ip6 saddr", "meta l4proto", "th dport", "tcp dport", "udp dport", "sctp dport":
 		return true
 	}
 	return false
@@ -598,6 +660,9 @@ func (tr *tracer) selector(words []string, i int, st traceState) (string, int) {
 	case "l4proto":
 		return st.pkt.proto, 2
 	case "dport":
+		if words[i] != "th" && words[i] != st.pkt.proto {
+			return "", 2
+		}
 		return strconv.Itoa(st.pkt.dport), 2
 	}
 	return "", 0
@@ -616,11 +681,11 @@ func (tr *tracer) mapLookup(name, key string) (string, bool) {
 }
 
 func (tr *tracer) setHas(name, key string) bool {
-	if strings.HasPrefix(name, affinitySetPrefix) {
+	if name == affinitySet {
 		if tr.nft.Table.Sets[name] == nil {
 			tr.t.Fatalf("lookup in missing set %q", name)
 		}
-		return tr.affinity[name][key]
+		return tr.affinity[key]
 	}
 	s := tr.nft.Table.Sets[name]
 	if s == nil {

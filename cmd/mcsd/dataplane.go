@@ -8,17 +8,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
-	"github.com/mcsd-io/mcsd/internal/nsenter"
+	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -82,6 +79,9 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 // newProxier builds one proxier per IP family, programming nftables (and
 // clearing conntrack entries) in the --netns namespace.
 func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver) (proxier.Provider, *proxier.Health, error) {
+	if err := proxier.CheckRequirements(context.Background()); err != nil {
+		return nil, nil, fmt.Errorf("proxier: %w (or leave the proxier out of --components)", err)
+	}
 	health := proxier.NewHealth(o.healthTimeout, nil)
 	var conntrack proxier.Conntrack
 	var counter proxier.RuleCounter
@@ -118,7 +118,8 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		}
 		nft, err := nsenter.NewNFTables(o.netns, nftFamily, proxier.TableName)
 		if err != nil {
-			return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= 1.0.1 and kernel >= 5.13; or drop the family from --ip-families): %w", family, err)
+			return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= %s and kernel >= %s; or drop the family from --ip-families): %w",
+				family, proxier.MinNFTVersion, proxier.MinKernelVersion, err)
 		}
 		tables[family] = nft
 	}
@@ -151,25 +152,21 @@ func (dp *dataPlane) run(ctx context.Context, o *options) error {
 		go func() { errc <- dp.serveDNS(ctx, o) }()
 	}
 	if dp.provider != nil {
-		if err := dp.feedProxier(); err != nil {
+		feed, err := proxier.NewFeed(dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
+			dp.slices.Discovery().V1().EndpointSlices().Informer(), dp.provider)
+		if err != nil {
 			return err
 		}
 		running++
 		go func() { dp.provider.SyncLoop(ctx); errc <- nil }()
-	}
-	dp.imports.Start(ctx.Done())
-	dp.slices.Start(ctx.Done())
-	if dp.provider != nil {
 		go func() {
-			if cache.WaitForCacheSync(ctx.Done(),
-				dp.imports.Multicluster().V1beta1().ServiceImports().Informer().HasSynced,
-				dp.slices.Discovery().V1().EndpointSlices().Informer().HasSynced) {
-				dp.provider.OnServiceImportsSynced()
-				dp.provider.OnEndpointSlicesSynced()
+			if feed.Run(ctx) {
 				dp.fed.Store(true)
 			}
 		}()
 	}
+	dp.imports.Start(ctx.Done())
+	dp.slices.Start(ctx.Done())
 	for ; running > 0; running-- {
 		if err := <-errc; err != nil && ctx.Err() == nil {
 			return err
@@ -204,61 +201,6 @@ func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
 	}
 	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
-}
-
-// feedProxier hands the proxier every ServiceImport and MCS EndpointSlice
-// change, as kube-proxy's config handlers do.
-func (dp *dataPlane) feedProxier() error {
-	p := dp.provider
-	if _, err := dp.imports.Multicluster().V1beta1().ServiceImports().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-				p.OnServiceImportAdd(si)
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*mcsv1beta1.ServiceImport)
-			n, ok2 := cur.(*mcsv1beta1.ServiceImport)
-			if ok1 && ok2 {
-				p.OnServiceImportUpdate(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-				p.OnServiceImportDelete(si)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("proxier: watching ServiceImports: %w", err)
-	}
-	if _, err := dp.slices.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-				p.OnEndpointSliceAdd(s)
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*discoveryv1.EndpointSlice)
-			n, ok2 := cur.(*discoveryv1.EndpointSlice)
-			if ok1 && ok2 {
-				p.OnEndpointSliceUpdate(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-				p.OnEndpointSliceDelete(s)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("proxier: watching EndpointSlices: %w", err)
-	}
-	return nil
 }
 
 // ready says whether every data-plane component this replica runs answers

@@ -12,7 +12,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/mcsd-io/mcsd/internal/nsenter"
+	"github.com/mcsd-io/mcsd/nsenter"
 )
 
 // NS is a named network namespace (a file under /run/netns).

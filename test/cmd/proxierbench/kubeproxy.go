@@ -44,52 +44,70 @@ const (
 	syncTimeout = 20 * time.Minute
 )
 
-// benchKubeProxy runs kube-proxy in nftables mode on a harness node against
-// a real API server, growing the number of Services through sizes, and reads
-// its sync times from its metrics endpoint.
-func benchKubeProxy(ctx context.Context, bin string, sizes []int) (map[int]syncTimes, error) {
+// kubeProxyBench is kube-proxy in nftables mode on a harness node against a
+// real API server, whose Services grow with the sizes measured.
+type kubeProxyBench struct {
+	bin     string
+	cs      *harness.ClusterSet
+	c       *harness.Cluster
+	node    *harness.Node
+	kube    kubernetes.Interface
+	created int
+	runs    int
+}
+
+func newKubeProxyBench(ctx context.Context, bin string) (_ *kubeProxyBench, err error) {
 	fmt.Println("kube-proxy: starting a harness API server")
-	cs, err := harness.Up(ctx, harness.Options{Clusters: 1})
-	if err != nil {
+	b := &kubeProxyBench{bin: bin}
+	if b.cs, err = harness.Up(ctx, harness.Options{Clusters: 1}); err != nil {
 		return nil, err
 	}
-	defer cs.Close()
-	c := cs.Members[0]
-	node, err := c.AddNode(ctx)
-	if err != nil {
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	b.c = b.cs.Members[0]
+	if b.node, err = b.c.AddNode(ctx); err != nil {
 		return nil, err
 	}
-	cfg := *c.Config
+	cfg := *b.c.Config
 	// Creating tens of thousands of objects: the API server, not the
 	// client's rate limiter, should set the pace.
 	cfg.QPS, cfg.Burst = 5000, 10000
-	kube, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
+	if b.kube, err = kubernetes.NewForConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-
-	results := map[int]syncTimes{}
-	created := 0
-	for _, n := range sizes {
-		start := time.Now()
-		if err := createServices(ctx, kube, created, n); err != nil {
-			return results, fmt.Errorf("creating %d Services: %w", n, err)
-		}
-		fmt.Printf("kube-proxy: %d Services and EndpointSlices in the API server (%d created in %v)\n",
-			n, n-created, time.Since(start).Round(time.Second))
-		created = n
-		res, err := runKubeProxy(ctx, bin, cs, c, node, kube, n)
-		if err != nil {
-			return results, fmt.Errorf("%d Services: %w", n, err)
-		}
-		results[n] = res
-		fmt.Printf("kube-proxy %6d services: full sync %s, partial sync %s (median of %d)\n", n, ms(res.full), ms(res.partial), partialSyncs)
-	}
-	return results, nil
+	_, err = b.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}, metav1.CreateOptions{})
+	return b, err
 }
+
+// grow brings the API server to n Services with their EndpointSlices.
+func (b *kubeProxyBench) grow(ctx context.Context, n int) error {
+	if n <= b.created {
+		return nil
+	}
+	start := time.Now()
+	if err := createServices(ctx, b.kube, b.created, n); err != nil {
+		return fmt.Errorf("creating %d Services: %w", n, err)
+	}
+	fmt.Printf("kube-proxy: %d Services and EndpointSlices in the API server (%d created in %v)\n",
+		n, n-b.created, time.Since(start).Round(time.Second))
+	b.created = n
+	return nil
+}
+
+// measure runs kube-proxy once on the n Services.
+func (b *kubeProxyBench) measure(ctx context.Context, n int) (syncTimes, error) {
+	b.runs++
+	res, err := runKubeProxy(ctx, b.bin, b.cs, b.c, b.node, b.kube, n, b.runs)
+	if err != nil {
+		return res, fmt.Errorf("%d Services: %w", n, err)
+	}
+	return res, nil
+}
+
+func (b *kubeProxyBench) close() { b.cs.Close() }
 
 func kpService(i int) *v1.Service {
 	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: fmt.Sprintf("svc-%d", i)}}
@@ -163,8 +181,8 @@ func createServices(ctx context.Context, kube kubernetes.Interface, from, to int
 // runKubeProxy starts kube-proxy on the node, waits for its first full
 // sync, changes one Service's endpoints a few times, and stops it.
 func runKubeProxy(ctx context.Context, bin string, cs *harness.ClusterSet, c *harness.Cluster, node *harness.Node,
-	kube kubernetes.Interface, n int) (syncTimes, error) {
-	var res syncTimes
+	kube kubernetes.Interface, n, run int) (syncTimes, error) {
+	res := syncTimes{load: loadAverage()}
 	// Start from an empty node, as the proxier does.
 	for _, family := range []string{"ip", "ip6"} {
 		_, _ = node.NS.Exec("nft", "delete", "table", family, kubeProxyTable)
@@ -182,7 +200,7 @@ func runKubeProxy(ctx context.Context, bin string, cs *harness.ClusterSet, c *ha
 	}
 	defer stopForward()
 
-	logPath := filepath.Join(cs.Dir, fmt.Sprintf("kube-proxy-%d.log", n))
+	logPath := filepath.Join(cs.Dir, fmt.Sprintf("kube-proxy-%d-%d.log", n, run))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return res, err
@@ -255,7 +273,7 @@ func runKubeProxy(ctx context.Context, bin string, cs *harness.ClusterSet, c *ha
 			return res, err
 		}
 		before, count := m[partial+"_sum"], m[partial+"_count"]
-		moved := nth(movedBase, changed*partialSyncs+k)
+		moved := nth(movedBase, (changed*partialSyncs+k)*8+run)
 		slice := kpSlice(changed, &moved)
 		current, err := kube.DiscoveryV1().EndpointSlices(benchNS).Get(ctx, slice.Name, metav1.GetOptions{})
 		if err != nil {

@@ -6,10 +6,18 @@
 // the harness binaries and a kube-proxy binary (make bench-proxier builds
 // both).
 //
+// Each size is measured PROXIER_BENCH_RUNS times on each side, alternating
+// which side goes first, and the summary gives the median and the spread
+// (lowest to highest) of every figure, with the 1-minute load average at the
+// start of each run: on a shared machine the load says how far to trust a
+// figure.
+//
 // Environment:
 //
 //	PROXIER_BENCH_SIZES             ServiceImports per run (default 1000,10000,30000)
-//	PROXIER_BENCH_KUBE_PROXY_SIZES  Services per kube-proxy run (default: PROXIER_BENCH_SIZES)
+//	PROXIER_BENCH_KUBE_PROXY_SIZES  sizes kube-proxy runs at (default: PROXIER_BENCH_SIZES); the
+//	                                others are skipped, and the output says so
+//	PROXIER_BENCH_RUNS              runs per size and side (default 3)
 //	PROXIER_BENCH_KUBE_PROXY        kube-proxy binary; unset or missing skips kube-proxy
 //	PROXIER_BENCH_LATENCY_SAMPLES   connects per latency figure (default 500)
 package main
@@ -20,6 +28,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,84 +59,221 @@ func main() {
 		fmt.Fprintln(os.Stderr, "proxierbench: run as root (it creates network namespaces and nftables tables)")
 		os.Exit(1)
 	}
+	if err := run(); err != nil {
+		fatal(err)
+	}
+}
+
+// run measures and prints; it returns only after removing the namespaces
+// and the API server it started, whatever happened.
+func run() error {
 	sizes, err := sizesFromEnv("PROXIER_BENCH_SIZES", "1000,10000,30000")
 	if err != nil {
-		fatal(err)
+		return err
 	}
 	kpSizes, err := sizesFromEnv("PROXIER_BENCH_KUBE_PROXY_SIZES", joinSizes(sizes))
 	if err != nil {
-		fatal(err)
+		return err
 	}
-	samples := 500
-	if v := os.Getenv("PROXIER_BENCH_LATENCY_SAMPLES"); v != "" {
-		if samples, err = strconv.Atoi(v); err != nil || samples < 10 {
-			fatal(fmt.Errorf("PROXIER_BENCH_LATENCY_SAMPLES=%q: want a number >= 10", v))
-		}
+	samples, err := numberFromEnv("PROXIER_BENCH_LATENCY_SAMPLES", 500, 10)
+	if err != nil {
+		return err
+	}
+	runs, err := numberFromEnv("PROXIER_BENCH_RUNS", 3, 1)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("proxierbench: %d services per size %v, %d TCP ports x %d endpoints each; nft %s\n",
-		len(sizes), sizes, len(benchPorts), endpointsPerService, nftVersion())
+	fmt.Printf("proxierbench: sizes %v, %d runs per size and side, %d TCP ports x %d endpoints per service; nft %s; %d CPUs\n",
+		sizes, runs, len(benchPorts), endpointsPerService, nftVersion(), runtime.NumCPU())
 
-	mcsd, err := benchProxier(ctx, sizes, samples)
+	topo, err := newTopology()
 	if err != nil {
-		fatal(fmt.Errorf("proxier: %w", err))
+		return err
 	}
-	var kp map[int]syncTimes
-	if bin := os.Getenv("PROXIER_BENCH_KUBE_PROXY"); bin == "" {
+	defer topo.close()
+
+	var kp *kubeProxyBench
+	switch bin := os.Getenv("PROXIER_BENCH_KUBE_PROXY"); {
+	case bin == "":
 		fmt.Println("kube-proxy: skipped (PROXIER_BENCH_KUBE_PROXY is not set; make bench-proxier sets it)")
-	} else if _, err := os.Stat(bin); err != nil {
-		fmt.Printf("kube-proxy: skipped (%v)\n", err)
-	} else if kp, err = benchKubeProxy(ctx, bin, kpSizes); err != nil {
-		fmt.Printf("kube-proxy: stopped early: %v\n", err)
-	}
-	printSummary(mcsd, kp)
-}
-
-// syncTimes are one size's figures: the first full sync, the median of the
-// partial syncs after a change to one service, and (the proxier only) the
-// periodic table check.
-type syncTimes struct {
-	full, partial, check time.Duration
-}
-
-func printSummary(mcsd, kp map[int]syncTimes) {
-	var sizes []int
-	seen := map[int]bool{}
-	for n := range mcsd {
-		sizes, seen[n] = append(sizes, n), true
-	}
-	for n := range kp {
-		if !seen[n] {
-			sizes = append(sizes, n)
+	default:
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Printf("kube-proxy: skipped (%v)\n", err)
+		} else if kp, err = newKubeProxyBench(ctx, bin); err != nil {
+			fmt.Printf("kube-proxy: not run: %v\n", err)
+			kp = nil
+		} else {
+			defer kp.close()
 		}
 	}
-	sort.Ints(sizes)
-	fmt.Println()
-	fmt.Println("sync times (as each reports in sync_{full,partial}_proxy_rules_duration_seconds)")
-	fmt.Printf("%8s  %12s %12s  %12s %12s  %10s %10s\n", "services", "mcsd full", "kp full", "mcsd partial", "kp partial", "full x", "partial x")
+
+	direct, err := topo.connectLatency(ctx, fmt.Sprintf("%s:%d", backendAddr, backendPort), samples)
+	if err != nil {
+		return err
+	}
+	alone, err := mcsdOnce(ctx, topo, 0, true, samples)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("first-packet TCP connect, direct to the backend:          %s  [load %s]\n", direct, loadAverage())
+	fmt.Printf("first-packet TCP connect, ClusterSetIP, 1 import:         %s  [load %s]\n", alone.lat, alone.times.load)
+
+	mcsd, kpRes := map[int][]syncTimes{}, map[int][]syncTimes{}
+	var largest latency
 	for _, n := range sizes {
-		m, mok := mcsd[n]
-		k, kok := kp[n]
-		ratio := func(a, b time.Duration) string {
-			if !mok || !kok || a <= 0 {
+		withKP := kp != nil && slices.Contains(kpSizes, n)
+		if kp != nil && !withKP {
+			fmt.Printf("kube-proxy: not run at %d services (PROXIER_BENCH_KUBE_PROXY_SIZES=%s)\n", n, joinSizes(kpSizes))
+		}
+		if withKP {
+			if err := kp.grow(ctx, n); err != nil {
+				fmt.Printf("kube-proxy: stopped: %v\n", err)
+				kp, withKP = nil, false
+			}
+		}
+		for run := 0; run < runs; run++ {
+			sides := []string{"mcsd", "kube-proxy"}
+			if run%2 == 1 {
+				sides = []string{"kube-proxy", "mcsd"}
+			}
+			for _, side := range sides {
+				switch {
+				case side == "mcsd":
+					r, err := mcsdOnce(ctx, topo, n, run == 0 && n == sizes[len(sizes)-1], samples)
+					if err != nil {
+						return fmt.Errorf("proxier, %d imports: %w", n, err)
+					}
+					mcsd[n] = append(mcsd[n], r.times)
+					if r.lat.p50 > 0 {
+						largest = r.lat
+					}
+					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s  [load %s]\n",
+						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check), r.times.load)
+				case withKP:
+					r, err := kp.measure(ctx, n)
+					if err != nil {
+						fmt.Printf("kube-proxy: stopped: %v\n", err)
+						withKP = false
+						continue
+					}
+					kpRes[n] = append(kpRes[n], r)
+					fmt.Printf("kube-proxy %6d run %d: full %s, partial %s (median of %d)  [load %s]\n",
+						n, run+1, ms(r.full), ms(r.partial), partialSyncs, r.load)
+				}
+			}
+		}
+	}
+	if largest.p50 > 0 {
+		fmt.Printf("first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: %s)\n", sizes[len(sizes)-1]+1, largest, alone.lat)
+	}
+	printSummary(sizes, mcsd, kpRes)
+	return nil
+}
+
+// mcsdResult is one proxier run.
+type mcsdResult struct {
+	times syncTimes
+	lat   latency
+}
+
+func mcsdOnce(ctx context.Context, topo *topology, n int, withLatency bool, samples int) (mcsdResult, error) {
+	run, err := newProxierRun(topo)
+	if err != nil {
+		return mcsdResult{}, err
+	}
+	defer run.close()
+	times, lat, err := run.measure(ctx, n, withLatency, samples)
+	return mcsdResult{times, lat}, err
+}
+
+// syncTimes are one run's figures: the first full sync, the median of the
+// partial syncs after a change to one service, and (the proxier only) the
+// periodic resync, how long a change made as a resync starts waits, and the
+// periodic table check; load is the load average at the start.
+type syncTimes struct {
+	full, partial, resync, delay, check time.Duration
+	load                                string
+}
+
+// loadAverage is the 1-minute load average.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+func printSummary(sizes []int, mcsd, kp map[int][]syncTimes) {
+	fmt.Println()
+	fmt.Println("sync times, median [lowest - highest] of the runs, as each reports in sync_{full,partial}_proxy_rules_duration_seconds")
+	fmt.Printf("%8s  %-28s %-28s %-26s %-26s %7s %7s  %s\n", "services", "mcsd full", "kube-proxy full", "mcsd partial", "kube-proxy partial", "full/kp", "part/kp", "load")
+	for _, n := range sizes {
+		m, k := mcsd[n], kp[n]
+		get := func(ts []syncTimes, f func(syncTimes) time.Duration) []time.Duration {
+			var ds []time.Duration
+			for _, t := range ts {
+				ds = append(ds, f(t))
+			}
+			return ds
+		}
+		full := func(t syncTimes) time.Duration { return t.full }
+		partial := func(t syncTimes) time.Duration { return t.partial }
+		ratio := func(a, b []time.Duration) string {
+			if len(a) == 0 || len(b) == 0 || median(b) <= 0 {
 				return "-"
 			}
-			return fmt.Sprintf("%.1f", float64(b)/float64(a))
+			return fmt.Sprintf("%.3f", float64(median(a))/float64(median(b)))
 		}
-		fmt.Printf("%8d  %12s %12s  %12s %12s  %10s %10s\n", n,
-			show(m.full, mok), show(k.full, kok), show(m.partial, mok), show(k.partial, kok),
-			ratio(m.full, k.full), ratio(m.partial, k.partial))
+		var loads []string
+		for _, t := range append(append([]syncTimes(nil), m...), k...) {
+			loads = append(loads, t.load)
+		}
+		fmt.Printf("%8d  %-28s %-28s %-26s %-26s %7s %7s  %s\n", n,
+			spread(get(m, full)), spread(get(k, full)), spread(get(m, partial)), spread(get(k, partial)),
+			ratio(get(m, full), get(k, full)), ratio(get(m, partial), get(k, partial)), strings.Join(loads, " "))
 	}
-	fmt.Println("(\"x\" columns: kube-proxy's time over mcsd's)")
+	fmt.Println("(full/kp, part/kp: mcsd's median over kube-proxy's; load: 1-minute load average at the start of each run)")
 	fmt.Println()
-	fmt.Println("mcsd's periodic table check (one listing of its nat-prerouting chain, once per sync period)")
+	fmt.Println("mcsd's periodic work: resync (every full sync period), a change made as a resync starts (time until it is carried), table check (netlink count of one chain, every sync period)")
 	for _, n := range sizes {
-		if m, ok := mcsd[n]; ok {
-			fmt.Printf("%8d  %12s\n", n, ms(m.check))
+		m := mcsd[n]
+		if len(m) == 0 {
+			continue
 		}
+		var resync, delay, check []time.Duration
+		for _, t := range m {
+			resync, delay, check = append(resync, t.resync), append(delay, t.delay), append(check, t.check)
+		}
+		fmt.Printf("%8d  resync %s  change during resync %s  table check %s\n", n, spread(resync), spread(delay), spread(check))
 	}
+}
+
+// spread is "median [lowest - highest]", or "-" without figures.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s [%s - %s]", msShort(median(ds)), msShort(slices.Min(ds)), msShort(slices.Max(ds)))
+}
+
+func msShort(d time.Duration) string {
+	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
+}
+
+func numberFromEnv(key string, def, least int) (int, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		return 0, fmt.Errorf("%s=%q: want a number >= %d", key, v, least)
+	}
+	return n, nil
 }
 
 func show(d time.Duration, ok bool) string {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -96,64 +99,29 @@ func benchEndpoints(i int) (local, remote []netip.Addr) {
 	return local, remote
 }
 
-// benchProxier measures the proxier at each size, and the first-packet
-// latency through a ClusterSetIP with one import and with the largest size.
-func benchProxier(ctx context.Context, sizes []int, samples int) (map[int]syncTimes, error) {
-	topo, err := newTopology()
-	if err != nil {
-		return nil, err
-	}
-	defer topo.close()
-	direct, err := topo.connectLatency(ctx, fmt.Sprintf("%s:%d", backendAddr, backendPort), samples)
-	if err != nil {
-		return nil, err
-	}
-	results := map[int]syncTimes{}
-	var alone latency
-	for i, n := range append([]int{0}, sizes...) {
-		run, err := newProxierRun(topo)
-		if err != nil {
-			return nil, err
-		}
-		res, lat, err := run.measure(ctx, n, i == 0 || n == sizes[len(sizes)-1], samples)
-		run.close()
-		if err != nil {
-			return nil, fmt.Errorf("%d imports: %w", n, err)
-		}
-		if n == 0 {
-			alone = lat
-			fmt.Printf("mcsd     first-packet TCP connect, direct to the backend:        %s\n", direct)
-			fmt.Printf("mcsd     first-packet TCP connect, ClusterSetIP, 1 import:       %s\n", lat)
-			continue
-		}
-		results[n] = res
-		fmt.Printf("mcsd     %6d imports: full sync %s, partial sync %s (median of %d), periodic table check %s\n",
-			n, ms(res.full), ms(res.partial), partialSyncs, ms(res.check))
-		if n == sizes[len(sizes)-1] {
-			fmt.Printf("mcsd     first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: p50 %.3f ms)\n",
-				n+1, lat, msf(alone.p50))
-		}
-	}
-	return results, nil
-}
-
 // proxierRun is one proxier programming the topology's node from scratch.
 type proxierRun struct {
-	topo   *topology
-	reg    *prometheus.Registry
-	nft    knftables.Interface
-	p      *proxier.Proxier
-	cancel context.CancelFunc
-	done   chan struct{}
+	topo     *topology
+	reg      *prometheus.Registry
+	nft      knftables.Interface
+	counter  proxier.RuleCounter
+	p        *proxier.Proxier
+	clock    *shiftedClock
+	observer *vipWaiter
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func newProxierRun(topo *topology) (*proxierRun, error) {
-	// Each size starts from an empty node: no leftovers to list and delete.
+	// Each run starts from an empty node: no leftovers.
 	_, _ = topo.node.Exec("nft", "delete", "table", "ip", proxier.TableName)
-	r := &proxierRun{topo: topo, reg: prometheus.NewRegistry()}
+	r := &proxierRun{topo: topo, reg: prometheus.NewRegistry(), clock: &shiftedClock{}, observer: newVIPWaiter()}
 	var ct proxier.Conntrack
 	err := topo.node.Do(func() (err error) {
 		if r.nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
+			return err
+		}
+		if r.counter, err = proxier.NewNetlinkRuleCounter(); err != nil {
 			return err
 		}
 		ct, err = proxier.NewConntrack()
@@ -163,27 +131,32 @@ func newProxierRun(topo *topology) (*proxierRun, error) {
 		return nil, err
 	}
 	r.p, err = proxier.New(proxier.Config{
-		ClusterID:     localCluster,
-		IPFamily:      v1.IPv4Protocol,
-		NFTables:      r.nft,
-		Conntrack:     ct,
-		PodCIDRs:      []string{podCIDR},
+		ClusterID: localCluster,
+		// As mcsd --node-name: the endpoints run on other nodes, so no
+		// hairpin entries (kube-proxy likewise only marks this node's).
+		NodeName:    "bench-node",
+		IPFamily:    v1.IPv4Protocol,
+		NFTables:    r.nft,
+		Conntrack:   ct,
+		RuleCounter: r.counter,
+		PodCIDRs:    []string{podCIDR},
+		// The bench's own pace; mcsd's default is one second.
 		MinSyncPeriod: 100 * time.Millisecond,
-		// The periodic check of the table (one base-chain listing) would
-		// land in whichever sync follows a full sync longer than the sync
-		// period, and be timed as part of a partial sync: it is timed on
-		// its own instead (tableCheck).
-		SyncPeriod: time.Hour,
-		Registerer: r.reg,
+		// The periodic table check is timed on its own (tableCheck).
+		SyncPeriod:  time.Hour,
+		Clock:       r.clock,
+		VIPObserver: r.observer,
+		Registerer:  r.reg,
 	})
 	return r, err
 }
 
 // measure loads n imports (plus the one whose endpoint is the backend), times
-// the first full sync and partial syncs after one import changes, and, if
-// asked, the connect latency through the ClusterSetIP.
+// the first full sync, partial syncs after one import changes, a periodic
+// resync and a change made as one starts, and, if asked, the connect latency
+// through the ClusterSetIP.
 func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, samples int) (syncTimes, latency, error) {
-	var res syncTimes
+	res := syncTimes{load: loadAverage()}
 	var lat latency
 	r.p.OnServiceImportAdd(benchImport("latency", latencyVIP))
 	r.p.OnEndpointSliceAdd(benchSlice("latency", localCluster, []netip.Addr{netip.MustParseAddr(backendAddr)},
@@ -197,47 +170,47 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 		r.p.OnEndpointSliceAdd(slices[i])
 		r.p.OnEndpointSliceAdd(benchSlice(name, remoteCluster, remote, benchTarget))
 	}
-	// The informers have synced: the proxier's first (full) sync runs in
-	// this call, on a thread inside the node's namespace.
-	err := r.topo.node.Do(func() error {
-		r.p.OnServiceImportsSynced()
-		r.p.OnEndpointSlicesSynced()
-		return nil
-	})
-	if err != nil {
-		return res, lat, err
-	}
-	full, count := histogram(r.reg, "mcsd_proxier_sync_full_proxy_rules_duration_seconds")
-	if count != 1 {
-		return res, lat, fmt.Errorf("the first sync did not succeed (full syncs: %d)", count)
-	}
-	res.full = full
-
+	// The sync loop runs on a thread inside the node's namespace; once the
+	// informers have synced it runs the first (full) sync.
 	loopCtx, cancel := context.WithCancel(ctx)
 	r.cancel, r.done = cancel, make(chan struct{})
 	go func() {
 		defer close(r.done)
 		_ = r.topo.node.Do(func() error { r.p.SyncLoop(loopCtx); return nil })
 	}()
+	r.p.OnServiceImportsSynced()
+	r.p.OnEndpointSlicesSynced()
+	full, err := waitHistogram(ctx, r.reg, fullMetric, 1, syncWait)
+	if err != nil {
+		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
+	}
+	res.full = full
+
 	if n > 0 {
 		var partials []time.Duration
 		changed := n / 2
 		local, _ := benchEndpoints(changed)
 		for k := 0; k < partialSyncs; k++ {
-			before, count := histogram(r.reg, "mcsd_proxier_sync_partial_proxy_rules_duration_seconds")
-			// One endpoint of one import moves: its chain is rewritten.
+			before, count := histogram(r.reg, partialMetric)
+			// One endpoint of one import moves: one element changes.
 			moved := append([]netip.Addr{nth(movedBase, changed*partialSyncs+k)}, local[1:]...)
 			next := benchSlice(slices[changed].Labels[mcsv1beta1.LabelServiceName], localCluster, moved, benchTarget)
 			r.p.OnEndpointSliceUpdate(slices[changed], next)
 			slices[changed] = next
-			after, err := waitHistogram(ctx, r.reg, "mcsd_proxier_sync_partial_proxy_rules_duration_seconds", count+1, syncWait)
+			after, err := waitHistogram(ctx, r.reg, partialMetric, count+1, syncWait)
 			if err != nil {
 				return res, lat, err
 			}
 			partials = append(partials, after-before)
 		}
 		res.partial = median(partials)
-		if res.check, err = r.tableCheck(ctx); err != nil {
+		if res.resync, err = r.resync(ctx); err != nil {
+			return res, lat, err
+		}
+		if res.delay, err = r.changeDuringResync(ctx, n); err != nil {
+			return res, lat, err
+		}
+		if res.check, err = r.tableCheck(); err != nil {
 			return res, lat, err
 		}
 	}
@@ -247,27 +220,126 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 	return res, lat, err
 }
 
+// resync moves the proxier's clock past its full sync period and times the
+// periodic resync that follows.
+func (r *proxierRun) resync(ctx context.Context) (time.Duration, error) {
+	before, count := histogram(r.reg, fullMetric)
+	r.clock.shift(proxier.DefaultFullSyncPeriod)
+	r.p.Sync()
+	after, err := waitHistogram(ctx, r.reg, fullMetric, count+1, syncWait)
+	return after - before, err
+}
+
+// changeDuringResync starts a periodic resync and at once adds an import
+// with a new ClusterSetIP, and returns how long that import took to be
+// reported carried: what a change waits while a resync runs.
+func (r *proxierRun) changeDuringResync(ctx context.Context, n int) (time.Duration, error) {
+	vip := nth(vipBase, n+1000)
+	name := "resync-probe"
+	_, count := histogram(r.reg, fullMetric)
+	r.clock.shift(proxier.DefaultFullSyncPeriod)
+	r.p.Sync()
+	start := time.Now()
+	r.p.OnServiceImportAdd(benchImport(name, vip.String()))
+	local, _ := benchEndpoints(n + 1000)
+	r.p.OnEndpointSliceAdd(benchSlice(name, localCluster, local, benchTarget))
+	if err := r.observer.wait(ctx, vip, syncWait); err != nil {
+		return 0, err
+	}
+	delay := time.Since(start)
+	if _, err := waitHistogram(ctx, r.reg, fullMetric, count+1, syncWait); err != nil {
+		return 0, err
+	}
+	return delay, nil
+}
+
+// Metrics the bench reads its times from.
+const (
+	fullMetric    = "mcsd_proxier_sync_full_proxy_rules_duration_seconds"
+	partialMetric = "mcsd_proxier_sync_partial_proxy_rules_duration_seconds"
+)
+
+// shiftedClock is the real clock, with Now moved forward by shift, so that
+// the bench can make the proxier's full sync period pass at once.
+type shiftedClock struct {
+	clock.RealClock
+	offset atomic.Int64
+}
+
+func (c *shiftedClock) shift(d time.Duration) { c.offset.Add(int64(d)) }
+
+func (c *shiftedClock) Now() time.Time {
+	return c.RealClock.Now().Add(time.Duration(c.offset.Load()))
+}
+
+func (c *shiftedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// vipWaiter is the proxier's VIPObserver: it lets the bench wait until a
+// ClusterSetIP is carried.
+type vipWaiter struct {
+	mu      sync.Mutex
+	carried map[netip.Addr]bool
+	changed chan struct{}
+}
+
+func newVIPWaiter() *vipWaiter {
+	return &vipWaiter{carried: map[netip.Addr]bool{}, changed: make(chan struct{}, 1)}
+}
+
+func (w *vipWaiter) VIPsProgrammed(_ v1.IPFamily, added, removed []netip.Addr) {
+	w.mu.Lock()
+	for _, a := range added {
+		w.carried[a] = true
+	}
+	for _, a := range removed {
+		delete(w.carried, a)
+	}
+	w.mu.Unlock()
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *vipWaiter) wait(ctx context.Context, vip netip.Addr, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		ok := w.carried[vip]
+		w.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-w.changed:
+		case <-deadline:
+			return fmt.Errorf("ClusterSetIP %s not carried after %v", vip, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // syncWait bounds the wait for one partial sync; on a busy machine a sync
 // of a large table can take far longer than on an idle one.
 const syncWait = 10 * time.Minute
 
 // tableCheck times what the proxier runs once per sync period to notice a
-// table flushed or deleted behind its back: the listing of its nat
-// prerouting base chain. nft builds its cache of the table before printing
-// the one chain, so this grows with the table.
-func (r *proxierRun) tableCheck(ctx context.Context) (time.Duration, error) {
+// table flushed or deleted behind its back: a netlink count of the rules of
+// its nat-prerouting chain.
+func (r *proxierRun) tableCheck() (time.Duration, error) {
 	var elapsed time.Duration
 	err := r.topo.node.Do(func() error {
 		start := time.Now()
-		rules, err := r.nft.ListRules(ctx, "nat-prerouting")
+		n, err := r.counter.CountRules(v1.IPv4Protocol, "nat-prerouting")
 		elapsed = time.Since(start)
-		if err == nil && len(rules) == 0 {
+		if err == nil && n == 0 {
 			err = fmt.Errorf("nat-prerouting is empty")
 		}
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("listing the nat-prerouting chain: %w", err)
+		return 0, fmt.Errorf("counting the rules of the nat-prerouting chain: %w", err)
 	}
 	return elapsed, nil
 }
