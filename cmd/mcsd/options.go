@@ -137,7 +137,7 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 	fs.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families the proxier programs")
 	fs.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	fs.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
-	fs.DurationVar(&o.fullSync, "proxier-full-sync-period", proxier.DefaultFullSyncPeriod, "how often the proxier rewrites every rule, repairing changes made behind its back")
+	fs.DurationVar(&o.fullSync, "proxier-full-sync-period", proxier.DefaultFullSyncPeriod, "how often the proxier counts the rules of each of its chains and rewrites those changed behind its back")
 	fs.StringVar(&raw.masqMark, "masquerade-mark", fmt.Sprintf("%#x", proxier.DefaultMasqueradeMark), "the single packet-mark bit that flags traffic to masquerade")
 	fs.BoolVar(&o.masqAll, "masquerade-all", false, "masquerade all traffic to ClusterSetIPs")
 	fs.StringVar(&raw.podCIDRs, "pod-cidrs", "", "this cluster's pod CIDRs; traffic to a ClusterSetIP from other sources is masqueraded")
