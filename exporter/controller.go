@@ -74,19 +74,24 @@ const AnnotationClusterSetIP = "mcsd.io/clusterset-ip"
 type Controller struct {
 	cfg Config
 
-	localKube   informers.SharedInformerFactory
-	localMCS    mcsinformers.SharedInformerFactory
-	brokerKube  informers.SharedInformerFactory
-	brokerMCS   mcsinformers.SharedInformerFactory
-	exports     mcslisters.ServiceExportLister
-	services    corelisters.ServiceLister
-	slices      discoverylisters.EndpointSliceLister
-	records     mcslisters.ServiceImportLister
-	ownSlices   discoverylisters.EndpointSliceLister
-	synced      []cache.InformerSynced
-	queue       workqueue.TypedRateLimitingInterface[string]
-	vips        *vipBook
-	initialized chan struct{}
+	localKube  informers.SharedInformerFactory
+	localMCS   mcsinformers.SharedInformerFactory
+	brokerKube informers.SharedInformerFactory
+	brokerMCS  mcsinformers.SharedInformerFactory
+	exports    mcslisters.ServiceExportLister
+	services   corelisters.ServiceLister
+	slices     discoverylisters.EndpointSliceLister
+	records    mcslisters.ServiceImportLister
+	ownSlices  discoverylisters.EndpointSliceLister
+	// Indexes by service, so that one service's sync reads its own objects
+	// instead of scanning every object of the namespace or broker.
+	sliceIndex    cache.Indexer
+	recordIndex   cache.Indexer
+	ownSliceIndex cache.Indexer
+	synced        []cache.InformerSynced
+	queue         workqueue.TypedRateLimitingInterface[string]
+	vips          *vipBook
+	initialized   chan struct{}
 
 	brokerMu   sync.Mutex
 	brokerDown bool
@@ -146,8 +151,17 @@ func New(cfg Config) (*Controller, error) {
 	sliceInf := c.localKube.Discovery().V1().EndpointSlices()
 	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports()
 	ownSliceInf := c.brokerKube.Discovery().V1().EndpointSlices()
-	c.exports, c.services, c.slices = exportInf.Lister(), serviceInf.Lister(), sliceInf.Lister()
+	c.exports, c.services = exportInf.Lister(), serviceInf.Lister()
 	c.records, c.ownSlices = recordInf.Lister(), ownSliceInf.Lister()
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{record.IndexByService: localSliceServiceIndex}); err != nil {
+		return nil, err
+	}
+	for _, inf := range []cache.SharedIndexInformer{recordInf.Informer(), ownSliceInf.Informer()} {
+		if err := inf.AddIndexers(cache.Indexers{record.IndexByService: record.ServiceIndex}); err != nil {
+			return nil, err
+		}
+	}
+	c.sliceIndex, c.recordIndex, c.ownSliceIndex = sliceInf.Informer().GetIndexer(), recordInf.Informer().GetIndexer(), ownSliceInf.Informer().GetIndexer()
 
 	enqueueObject := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueKeyOf(obj) },
@@ -296,6 +310,20 @@ func (c *Controller) enqueueLocalSlice(obj any) {
 	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
 		c.queue.Add(s.Namespace + "/" + svc)
 	}
+}
+
+// localSliceServiceIndex indexes the core controller's EndpointSlices by
+// the Service they belong to (never mcsd's imported ones, which have no
+// kubernetes.io/service-name label).
+func localSliceServiceIndex(obj any) ([]string, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return nil, nil
+	}
+	return []string{record.ServiceKey(s.Namespace, s.Labels[discoveryv1.LabelServiceName])}, nil
 }
 
 // enqueueBrokerObject enqueues the service a broker object belongs to.

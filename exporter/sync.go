@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -111,7 +111,7 @@ func (c *Controller) clusterSetIPWanted(export *mcsv1beta1.ServiceExport) bool {
 // cluster's record object, if any. Malformed records are left out: one
 // broken writer must not stop everyone's export.
 func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1beta1.ServiceImport, error) {
-	objs, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ServiceSelector(namespace, name))
+	objs, err := indexed[*mcsv1beta1.ServiceImport](c.recordIndex, namespace, name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -161,12 +161,12 @@ func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.Servi
 // writeSlices makes this cluster's broker slices of a service match its
 // local endpoints, updating slices in place and deleting only extras.
 func (c *Controller) writeSlices(ctx context.Context, namespace, name string) error {
-	local, err := c.slices.EndpointSlices(namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+	local, err := indexed[*discoveryv1.EndpointSlice](c.sliceIndex, namespace, name)
 	if err != nil {
 		return err
 	}
 	want := brokerSlices(c.cfg.ClusterID, namespace, name, local)
-	have, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	have, err := c.ownSlicesOf(namespace, name)
 	if err != nil {
 		return err
 	}
@@ -228,11 +228,14 @@ func (c *Controller) writeSlices(ctx context.Context, namespace, name string) er
 // withdraw removes this cluster's record and slices of a service.
 func (c *Controller) withdraw(ctx context.Context, namespace, name string) error {
 	var errs []error
-	recs, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	recs, err := indexed[*mcsv1beta1.ServiceImport](c.recordIndex, namespace, name)
 	if err != nil {
 		return err
 	}
 	for _, r := range recs {
+		if r.Labels[record.LabelSourceCluster] != c.cfg.ClusterID {
+			continue
+		}
 		err := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.cfg.BrokerNamespace).Delete(ctx, r.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("withdrawing broker record %s: %w", r.Name, err))
@@ -241,7 +244,7 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 		c.cfg.Metrics.writes.WithLabelValues("record", "delete").Inc()
 		klog.InfoS("Withdrew export", "service", klog.KRef(namespace, name), "record", r.Name)
 	}
-	slices, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(record.ClusterServiceSelector(c.cfg.ClusterID, namespace, name))
+	slices, err := c.ownSlicesOf(namespace, name)
 	if err != nil {
 		return err
 	}
@@ -254,4 +257,31 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "delete").Inc()
 	}
 	return errors.Join(errs...)
+}
+
+// ownSlicesOf returns this cluster's broker EndpointSlices of a service.
+// The informer holds only this cluster's; the label is checked anyway.
+func (c *Controller) ownSlicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice, error) {
+	all, err := indexed[*discoveryv1.EndpointSlice](c.ownSliceIndex, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(s *discoveryv1.EndpointSlice) bool {
+		return s.Labels[record.LabelSourceCluster] != c.cfg.ClusterID
+	}), nil
+}
+
+// indexed returns the objects of type T an indexer holds for a service.
+func indexed[T any](idx cache.Indexer, namespace, name string) ([]T, error) {
+	objs, err := idx.ByIndex(record.IndexByService, record.ServiceKey(namespace, name))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

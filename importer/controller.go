@@ -202,13 +202,13 @@ func New(cfg Config) (*Controller, error) {
 	ownSliceInf := c.localSlices.Discovery().V1().EndpointSlices().Informer()
 
 	if err := recordInf.AddIndexers(cache.Indexers{
-		byService:          brokerServiceIndex,
+		byService:          record.ServiceIndex,
 		byCluster:          labelIndex(record.LabelSourceCluster),
 		byServiceNamespace: labelIndex(record.LabelServiceNamespace),
 	}); err != nil {
 		return nil, err
 	}
-	if err := remoteSliceInf.AddIndexers(cache.Indexers{byService: brokerServiceIndex}); err != nil {
+	if err := remoteSliceInf.AddIndexers(cache.Indexers{byService: record.ServiceIndex}); err != nil {
 		return nil, err
 	}
 	if err := ownSliceInf.AddIndexers(cache.Indexers{byService: localSliceServiceIndex}); err != nil {
@@ -398,7 +398,7 @@ func (c *Controller) onNamespace(obj any) {
 
 // enqueueBrokerObject enqueues the service a broker object belongs to.
 func (c *Controller) enqueueBrokerObject(obj any) {
-	keys, _ := brokerServiceIndex(obj)
+	keys, _ := record.ServiceIndex(obj)
 	for _, k := range keys {
 		c.queue.Add(k)
 	}
@@ -428,7 +428,7 @@ func (c *Controller) serviceKeysOfCluster(cluster string) []string {
 	}
 	var keys []string
 	for _, o := range objs {
-		k, _ := brokerServiceIndex(o)
+		k, _ := record.ServiceIndex(o)
 		keys = append(keys, k...)
 	}
 	return keys
@@ -452,21 +452,6 @@ func (c *Controller) allServiceKeys() []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(seen))
-}
-
-func brokerServiceIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	ns, name := m.GetLabels()[record.LabelServiceNamespace], m.GetLabels()[record.LabelServiceName]
-	if ns == "" || name == "" {
-		return nil, nil
-	}
-	return []string{ns + "/" + name}, nil
 }
 
 func localSliceServiceIndex(obj any) ([]string, error) {
