@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -124,12 +123,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg: cfg,
 		// Failures back off to at most 10 s apart; a broker coming back is
 		// noticed sooner by ObserveBroker.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
-				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
-			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "exporter"}),
+		queue:       worker.NewQueue("exporter", nil),
 		vips:        newVIPBook(cfg.Allocators),
 		initialized: make(chan struct{}),
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -159,12 +158,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg: cfg,
 		// Failures back off to at most 10 s apart; the broker coming back
 		// resyncs everything at once anyway.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
-				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
-			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "importer", Clock: queueClock}),
+		queue:        worker.NewQueue("importer", queueClock),
 		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
 		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
 		probeNow:     make(chan struct{}, 1),
