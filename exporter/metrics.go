@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "mcsd", Subsystem: "exporter", Name: "broker_writes_total",
 			Help: "Writes to the broker by kind (record, endpointslice) and operation.",
 		}, []string{"kind", "operation"}),
-		conditions: conditiongauge.New("serviceexport_condition", "1 for the current status of each ServiceExport condition."),
+		conditions: conditiongauge.New("serviceexports_by_condition", "ServiceExports by condition type, status and reason."),
 		leaseRenewal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcsd", Subsystem: "exporter", Name: "lease_renewals_total",
 			Help: "Broker Lease renewals by result (success, error).",

@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "mcsd", Subsystem: "importer", Name: "local_writes_total",
 			Help: "Writes to the local cluster by kind (serviceimport, endpointslice) and operation.",
 		}, []string{"kind", "operation"}),
-		conditions: conditiongauge.New("serviceimport_condition", "1 for the current status of each ServiceImport condition."),
+		conditions: conditiongauge.New("serviceimports_by_condition", "ServiceImports by condition type, status and reason."),
 		liveClusters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "live_clusters",
 			Help: "Clusters whose broker Lease was renewed within the TTL, this one included.",

@@ -1,9 +1,10 @@
 // Package conditiongauge exports the conditions of mcsd's objects
-// (ServiceExports, ServiceImports) as a Prometheus gauge, one series per
-// object, condition type and status, 1 for the current status and 0 for the
-// others, as kube-state-metrics does for core objects. It forgets an
-// object's series when the object goes, so deleted objects leave no stale
-// series behind.
+// (ServiceExports, ServiceImports) as a Prometheus gauge that counts the
+// objects in each (condition type, status, reason). It keeps no series per
+// object: at ten thousand services a series per object, condition and
+// status would be most of the process's metrics, and an operator asks "how
+// many are not Ready, and why", which the counts answer; which ones, the
+// API answers.
 package conditiongauge
 
 import (
@@ -13,58 +14,59 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-var statuses = []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
-
 // Gauge is the condition gauge of one kind of object.
 type Gauge struct {
 	vec *prometheus.GaugeVec
 
-	mu    sync.Mutex
-	known map[[2]string][]string // namespace/name -> condition types set
+	mu sync.Mutex
+	// current holds what each object counts for: namespace/name ->
+	// condition type -> status and reason.
+	current map[[2]string]map[string]state
 }
 
-// New returns a gauge named name with labels namespace, name, condition
-// and status; register its Collector.
+type state struct{ status, reason string }
+
+// New returns a gauge named name with labels condition, status and reason;
+// register its Collector.
 func New(name, help string) *Gauge {
 	return &Gauge{
 		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mcsd", Name: name, Help: help},
-			[]string{"namespace", "name", "condition", "status"}),
-		known: map[[2]string][]string{},
+			[]string{"condition", "status", "reason"}),
+		current: map[[2]string]map[string]state{},
 	}
 }
 
 // Collector is what to register.
 func (g *Gauge) Collector() prometheus.Collector { return g.vec }
 
-// Set records the current status of one condition of an object.
+// Set records the current status and reason of one condition of an object.
 func (g *Gauge) Set(namespace, name string, c metav1.Condition) {
-	for _, st := range statuses {
-		v := 0.0
-		if c.Status == st {
-			v = 1
-		}
-		g.vec.WithLabelValues(namespace, name, c.Type, string(st)).Set(v)
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := [2]string{namespace, name}
-	for _, t := range g.known[key] {
-		if t == c.Type {
+	now := state{string(c.Status), c.Reason}
+	conds := g.current[key]
+	if conds == nil {
+		conds = map[string]state{}
+		g.current[key] = conds
+	}
+	if was, ok := conds[c.Type]; ok {
+		if was == now {
 			return
 		}
+		g.vec.WithLabelValues(c.Type, was.status, was.reason).Dec()
 	}
-	g.known[key] = append(g.known[key], c.Type)
+	g.vec.WithLabelValues(c.Type, now.status, now.reason).Inc()
+	conds[c.Type] = now
 }
 
-// Forget drops every series of an object that is gone.
+// Forget stops counting an object that is gone.
 func (g *Gauge) Forget(namespace, name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := [2]string{namespace, name}
-	for _, t := range g.known[key] {
-		for _, st := range statuses {
-			g.vec.DeleteLabelValues(namespace, name, t, string(st))
-		}
+	for t, was := range g.current[key] {
+		g.vec.WithLabelValues(t, was.status, was.reason).Dec()
 	}
-	delete(g.known, key)
+	delete(g.current, key)
 }
