@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -50,6 +51,9 @@ type Index struct {
 	// gate, when set, holds back ClusterSetIPs the node's data plane does
 	// not carry yet (see GateVIPs).
 	gate *vipGate
+	// gone are the clusters whose endpoints are not served (lower case;
+	// see SetGoneClusters).
+	gone sets.Set[string]
 }
 
 // NewIndex returns an empty Index that is not synced yet. Feed it with Run.
@@ -507,7 +511,7 @@ func (x *Index) publish(key serviceKey) {
 		if x.gate != nil {
 			carried = x.gate.carries
 		}
-		cur = buildService(key, imp, x.slices[key], carried)
+		cur = buildService(key, imp, x.servedSlices(key), carried)
 		x.services.store(key, cur)
 	} else if old != nil {
 		x.services.delete(key)

@@ -87,9 +87,15 @@ func good(c metav1.Condition) bool {
 	return c.Status == metav1.ConditionTrue
 }
 
+// bad says whether a condition asks for an operator: unhealthy and not
+// merely unknown yet.
+func bad(c metav1.Condition) bool { return !good(c) && c.Status != metav1.ConditionUnknown }
+
 // writeStatus writes the conditions through the status subresource when
-// they changed, with an event for each condition whose status or reason
-// changed.
+// they changed. Events are for what an operator acts on: a condition that
+// turns bad (a warning) and one that recovers from bad (normal). A new
+// export becoming valid and exported is routine, and at thousands of
+// exports its events would crowd the API server and the client's budget.
 func (c *Controller) writeStatus(ctx context.Context, export *mcsv1beta1.ServiceExport, s *status) error {
 	for _, cond := range s.conditions {
 		c.cfg.Metrics.setCondition(export.Namespace, export.Name, cond)
@@ -102,9 +108,14 @@ func (c *Controller) writeStatus(ctx context.Context, export *mcsv1beta1.Service
 		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason {
 			continue
 		}
-		kind := corev1.EventTypeNormal
-		if !good(cond) && cond.Status != metav1.ConditionUnknown {
+		var kind string
+		switch {
+		case bad(cond):
 			kind = corev1.EventTypeWarning
+		case old != nil && bad(*old) && good(cond):
+			kind = corev1.EventTypeNormal
+		default:
+			continue
 		}
 		c.cfg.Recorder.Event(export, kind, cond.Reason, fmt.Sprintf("%s=%s: %s", cond.Type, cond.Status, cond.Message))
 	}

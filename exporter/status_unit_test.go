@@ -278,9 +278,9 @@ func TestWriteStatusWritesOnlyWhatChanged(t *testing.T) {
 		{"a message that changed alone is written without an event", func(s *status) {
 			s.conflict(merge.Verdict{Message: "No conflicts among the 2 exports of the service."})
 		}, true, nil},
-		{"a condition that turns good is written with a normal event", func(s *status) {
+		{"a good condition whose reason changed is written without an event", func(s *status) {
 			s.set(conditionReady, metav1.ConditionTrue, "Ready", "ready")
-		}, true, []string{"Normal Ready Ready=True: ready"}},
+		}, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, nil)
@@ -312,6 +312,47 @@ func TestWriteStatusWritesOnlyWhatChanged(t *testing.T) {
 			}
 		})
 	}
+
+	eventsOf := func(f *fixture) []string {
+		var events []string
+		for e := f.event(); e != ""; e = f.event() {
+			events = append(events, e)
+		}
+		return events
+	}
+	t.Run("a condition that recovers from bad is written with a normal event", func(t *testing.T) {
+		f := newFixture(t, nil)
+		se := serviceExport(func(se *mcsv1beta1.ServiceExport) { se.Status.Conditions = exportedConditions() })
+		s := newStatus(se)
+		s.failed(errors.New("the broker is down"))
+		se.Status.Conditions = s.conditions
+		f.add(se)
+		s = newStatus(se)
+		s.exported()
+		if err := f.c.writeStatus(f.ctx, se, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := eventsOf(f); len(got) != 1 || got[0] != "Normal Exported Ready=True: The export is on the broker" {
+			t.Fatalf("events %q, want one normal Exported", got)
+		}
+	})
+	t.Run("a new export that becomes valid and exported is written without events", func(t *testing.T) {
+		f := newFixture(t, nil)
+		se := serviceExport(nil)
+		f.add(se)
+		s := newStatus(se)
+		s.valid()
+		s.exported()
+		if err := f.c.writeStatus(f.ctx, se, s); err != nil {
+			t.Fatal(err)
+		}
+		if w := f.writes(); len(w) != 1 {
+			t.Fatalf("writes %q, want the status", w)
+		}
+		if got := eventsOf(f); len(got) != 0 {
+			t.Fatalf("events %q, want none", got)
+		}
+	})
 
 	t.Run("a status that cannot be written is an error naming the export", func(t *testing.T) {
 		f := newFixture(t, nil)

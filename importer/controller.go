@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -71,7 +72,18 @@ type Config struct {
 	Workers int
 	// ResyncPeriod re-checks every service this often (default 10 min).
 	ResyncPeriod time.Duration
+	// LivenessNamespace is the namespace of this cluster that holds the
+	// liveness ConfigMap (package liveness) the data plane filters on
+	// (default mcsd-system). It must exist.
+	LivenessNamespace string
+	// CleanupRate is how many services a second are tidied after a
+	// cluster is gone (default DefaultCleanupRate).
+	CleanupRate float64
 }
+
+// DefaultLivenessNamespace is where the liveness ConfigMap goes when
+// Config.LivenessNamespace is empty: the namespace mcsd's manifests run it in.
+const DefaultLivenessNamespace = "mcsd-system"
 
 // Indexes on the informers' caches, so one sync reads only its service's
 // objects among tens of thousands.
@@ -109,12 +121,25 @@ type Controller struct {
 	queue        workqueue.TypedRateLimitingInterface[string]
 	clusterQueue workqueue.TypedDelayingInterface[string]
 
+	// importCache and ownCache are the ServiceImport and own-slice caches
+	// with the importer's own writes laid over them until the informers
+	// catch up, so a sync right after a write neither re-creates nor
+	// re-reads what it just wrote.
+	importCache cache.MutationCache
+	ownCache    cache.MutationCache
+
 	book        *leaseBook
 	broker      reachability
 	probeNow    chan struct{}
-	departures  *departures
+	publishNow  chan struct{}
+	livenessRef atomic.Pointer[corev1.ConfigMap]
+	cleanup     *pacer
 	initialized chan struct{}
 }
+
+// mutationTTL is how long a write is laid over the caches: far longer than
+// a watch takes to deliver it.
+const mutationTTL = time.Minute
 
 // New builds the importer; Run starts it.
 func New(cfg Config) (*Controller, error) {
@@ -139,6 +164,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = 10 * time.Minute
 	}
+	if cfg.LivenessNamespace == "" {
+		cfg.LivenessNamespace = DefaultLivenessNamespace
+	}
+	if cfg.CleanupRate <= 0 {
+		cfg.CleanupRate = DefaultCleanupRate
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -162,9 +193,10 @@ func New(cfg Config) (*Controller, error) {
 		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
 		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
 		probeNow:     make(chan struct{}, 1),
-		departures:   newDepartures(),
+		publishNow:   make(chan struct{}, 1),
 		initialized:  make(chan struct{}),
 	}
+	c.cleanup = newPacer(cfg.CleanupRate, c.queue.Add)
 	c.broker.lastContact = cfg.Clock.Now()
 
 	inBroker := func(selector string) func(*metav1.ListOptions) {
@@ -220,6 +252,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.records, c.remoteSlices, c.ownSlices = recordInf.GetIndexer(), remoteSliceInf.GetIndexer(), ownSliceInf.GetIndexer()
 	c.imports, c.namespaces = importInf.Lister(), nsInf.Lister()
+	logger := klog.Background().WithName("importer")
+	c.importCache = cache.NewIntegerResourceVersionMutationCache(logger, importInf.Informer().GetStore(), nil, mutationTTL, true)
+	c.ownCache = cache.NewIntegerResourceVersionMutationCache(logger, ownSliceInf.GetStore(), ownSliceInf.GetIndexer(), mutationTTL, true)
 
 	enqueueService := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueBrokerObject(obj) },
@@ -291,7 +326,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.initialized)
 	c.cfg.Metrics.setBrokerReachable(true)
 	c.resyncAll()
+	c.requestPublish()
 	go c.runProbe(ctx)
+	go c.runPublisher(ctx)
+	go c.cleanup.run(ctx)
 	go wait.UntilWithContext(ctx, c.clusterWorker, time.Second)
 	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Importing service", Clock: c.cfg.Clock}
 	pool.Run(ctx, c.cfg.Workers)
@@ -325,17 +363,29 @@ func (c *Controller) clusterWorker(ctx context.Context) {
 
 func (c *Controller) syncCluster(ctx context.Context, cluster string) {
 	logger := klog.FromContext(ctx)
-	live, changed := c.book.transition(cluster)
+	live, changed, known := c.book.transition(cluster)
 	if changed {
+		// The data plane acts on the published liveness; the services'
+		// objects follow.
+		c.requestPublish()
 		keys := c.serviceKeysOfCluster(cluster)
-		if live {
+		switch {
+		case live:
 			logger.Info("Cluster is live: its Lease is renewed", "cluster", cluster, "services", len(keys))
-		} else {
-			logger.Info("Cluster is gone: its Lease was not renewed within the TTL; dropping its endpoints", "cluster", cluster, "ttl", c.cfg.ClusterTTL, "services", len(keys))
+			if known {
+				c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeNormal, EventClusterBack,
+					"Cluster %s is back: its broker Lease is renewed again; its endpoints of %d services are served again", cluster, len(keys))
+			}
+			// Its slices may have been cleaned up: restore them now.
+			for _, key := range keys {
+				c.queue.Add(key)
+			}
+		default:
+			logger.Info("Cluster is gone: its Lease was not renewed within the TTL; its endpoints are no longer served", "cluster", cluster, "ttl", c.cfg.ClusterTTL, "services", len(keys))
 			c.cfg.Metrics.clusterDropped(cluster)
-		}
-		for _, key := range keys {
-			c.queue.Add(key)
+			c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterLeft,
+				"Cluster %s is gone: its broker Lease was not renewed within %s; its endpoints of %d services are no longer served until it renews", cluster, c.cfg.ClusterTTL, len(keys))
+			c.cleanup.enqueue(keys)
 		}
 	}
 	if d, ok := c.book.expiresIn(cluster); ok {

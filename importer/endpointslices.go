@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -169,9 +170,14 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 		apiequality.Semantic.DeepEqual(have.Ports, want.Ports)
 }
 
+// sliceWriters is how many of one service's EndpointSlice writes are made
+// at once.
+const sliceWriters = 4
+
 // writeSlices makes the service's local MCS EndpointSlices match the live
 // contributing clusters' broker slices: slices are updated in place, and
-// only extras are deleted (none while the broker is unreachable).
+// only extras are deleted (none while the broker is unreachable). The
+// writes are independent and made concurrently.
 func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, live []string, exports map[string]record.Export) error {
 	key := si.Namespace + "/" + si.Name
 	remote, err := c.remoteSlices.ByIndex(byService, key)
@@ -193,7 +199,7 @@ func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImpo
 	}
 	want := desiredSlices(si, sources)
 
-	own, err := c.ownSlices.ByIndex(byService, key)
+	own, err := c.ownCache.ByIndex(byService, key)
 	if err != nil {
 		return err
 	}
@@ -203,57 +209,100 @@ func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImpo
 			have[s.Name] = s
 		}
 	}
-	api := c.cfg.Local.DiscoveryV1().EndpointSlices(si.Namespace)
-	var errs []error
+	var writes []func() error
 	for _, w := range want {
 		cur, ok := have[w.Name]
 		delete(have, w.Name)
 		switch {
 		case !ok:
-			_, err := api.Create(ctx, w, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				errs = append(errs, fmt.Errorf("EndpointSlice %s/%s exists but is not cached yet", w.Namespace, w.Name))
-				continue
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("creating EndpointSlice %s/%s: %w", w.Namespace, w.Name, err))
-				continue
-			}
-			c.cfg.Metrics.wrote("endpointslice", "create")
+			writes = append(writes, func() error { return c.createSlice(ctx, w) })
 		case cur.AddressType != w.AddressType:
 			// The address type cannot change: replace the slice.
-			errs = append(errs, c.deleteSlice(ctx, cur))
+			writes = append(writes, func() error { return c.deleteSlice(ctx, cur) })
 		case !sliceUpToDate(cur, w):
-			upd := cur.DeepCopy()
-			if upd.Labels == nil {
-				upd.Labels = map[string]string{}
-			}
-			delete(upd.Labels, discoveryv1.LabelServiceName)
-			for k, v := range w.Labels {
-				upd.Labels[k] = v
-			}
-			if upd.Annotations == nil {
-				upd.Annotations = map[string]string{}
-			}
-			for k, v := range w.Annotations {
-				upd.Annotations[k] = v
-			}
-			upd.OwnerReferences, upd.Endpoints, upd.Ports = w.OwnerReferences, w.Endpoints, w.Ports
-			if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("updating EndpointSlice %s/%s: %w", upd.Namespace, upd.Name, err))
-				continue
-			}
-			c.cfg.Metrics.wrote("endpointslice", "update")
+			writes = append(writes, func() error { return c.updateSlice(ctx, cur, w) })
 		}
 	}
 	if len(have) > 0 {
 		if since, down := c.brokerDown(); down {
 			klog.FromContext(ctx).V(2).Info("Not deleting EndpointSlices while the broker is unreachable", "slices", len(have), "lastContact", since)
-			return errors.Join(errs...)
+			clear(have)
 		}
 	}
 	for _, extra := range have {
-		errs = append(errs, c.deleteSlice(ctx, extra))
+		writes = append(writes, func() error { return c.deleteSlice(ctx, extra) })
 	}
+	return concurrently(writes, sliceWriters)
+}
+
+// concurrently runs fns, at most n at a time, and joins their errors.
+func concurrently(fns []func() error, n int) error {
+	if len(fns) == 1 {
+		return fns[0]()
+	}
+	errs := make([]error, len(fns))
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func (c *Controller) createSlice(ctx context.Context, w *discoveryv1.EndpointSlice) error {
+	api := c.cfg.Local.DiscoveryV1().EndpointSlices(w.Namespace)
+	created, err := api.Create(ctx, w, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// Written before this importer's cache knew of it (a restart, or a
+		// write the watch has not delivered): read it and bring it up to date.
+		cur, err := api.Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading EndpointSlice %s/%s, which exists but is not cached yet: %w", w.Namespace, w.Name, err)
+		}
+		if sliceUpToDate(cur, w) {
+			c.ownCache.Mutation(cur)
+			return nil
+		}
+		return c.updateSlice(ctx, cur, w)
+	}
+	if err != nil {
+		return fmt.Errorf("creating EndpointSlice %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	c.cfg.Metrics.wrote("endpointslice", "create")
+	c.ownCache.Mutation(created)
+	return nil
+}
+
+// updateSlice makes cur hold want's endpoints, ports, owner and the
+// importer's labels and annotation, keeping labels and annotations of
+// others.
+func (c *Controller) updateSlice(ctx context.Context, cur, want *discoveryv1.EndpointSlice) error {
+	upd := cur.DeepCopy()
+	if upd.Labels == nil {
+		upd.Labels = map[string]string{}
+	}
+	delete(upd.Labels, discoveryv1.LabelServiceName)
+	for k, v := range want.Labels {
+		upd.Labels[k] = v
+	}
+	if upd.Annotations == nil {
+		upd.Annotations = map[string]string{}
+	}
+	for k, v := range want.Annotations {
+		upd.Annotations[k] = v
+	}
+	upd.OwnerReferences, upd.Endpoints, upd.Ports = want.OwnerReferences, want.Endpoints, want.Ports
+	updated, err := c.cfg.Local.DiscoveryV1().EndpointSlices(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating EndpointSlice %s/%s: %w", upd.Namespace, upd.Name, err)
+	}
+	c.cfg.Metrics.wrote("endpointslice", "update")
+	c.ownCache.Mutation(updated)
+	return nil
 }

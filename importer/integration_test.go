@@ -27,6 +27,7 @@ import (
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/proxier"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
@@ -255,6 +256,18 @@ func (e *env) brokerMerge(ns, name string) merge.Result {
 // event waits for an event with reason on m's ServiceImport ns/name.
 func (e *env) event(m *fixture.Member, ns, name, reason string) corev1.Event {
 	e.t.Helper()
+	return e.eventOn(m, "ServiceImport", ns, name, reason)
+}
+
+// livenessEvent waits for a summary event of the importer on m's liveness
+// ConfigMap.
+func (e *env) livenessEvent(m *fixture.Member, reason string) corev1.Event {
+	e.t.Helper()
+	return e.eventOn(m, "ConfigMap", importer.DefaultLivenessNamespace, liveness.ConfigMapName, reason)
+}
+
+func (e *env) eventOn(m *fixture.Member, kind, ns, name, reason string) corev1.Event {
+	e.t.Helper()
 	var found corev1.Event
 	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := m.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
@@ -262,12 +275,30 @@ func (e *env) event(m *fixture.Member, ns, name, reason string) corev1.Event {
 			return false, nil
 		}
 		found = list.Items[0]
-		return found.InvolvedObject.Kind == "ServiceImport", nil
+		return found.InvolvedObject.Kind == kind, nil
 	})
 	if err != nil {
-		e.t.Fatalf("%s: no %s event on ServiceImport %s/%s", m.ID, reason, ns, name)
+		e.t.Fatalf("%s: no %s event on %s %s/%s", m.ID, reason, kind, ns, name)
 	}
 	return found
+}
+
+// liveness waits until m's liveness ConfigMap satisfies ok.
+func (e *env) liveness(m *fixture.Member, within time.Duration, what string, ok func(liveness.State) bool) liveness.State {
+	e.t.Helper()
+	var last liveness.State
+	err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		cm, err := m.Kube.CoreV1().ConfigMaps(importer.DefaultLivenessNamespace).Get(ctx, liveness.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = liveness.Read(cm)
+		return ok(last), nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: the liveness ConfigMap is not %s within %v: %+v", m.ID, what, within, last)
+	}
+	return last
 }
 
 // metricValue is the value of the metric name with the given labels in
@@ -405,7 +436,13 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		if !c1.Blocks[corev1.IPv4Protocol].Contains(mustAddr(t, vip)) {
 			t.Fatalf("VIP %s is not from the exporting cluster's block %s", vip, c1.Blocks[corev1.IPv4Protocol])
 		}
-		e.event(c2, "app", "web", "Created")
+		// Imports are routine: logged, not one Event each.
+		if list, err := c2.Kube.CoreV1().Events("app").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,involvedObject.kind=ServiceImport"}); err != nil || len(list.Items) != 0 {
+			t.Fatalf("events on the new ServiceImport: %v (%v), want none", list, err)
+		}
+		e.liveness(c2, 5*time.Second, "naming cluster1 live", func(s liveness.State) bool {
+			return s.Clusters[c1.ID] == liveness.Live && s.BrokerReachable
+		})
 	})
 
 	t.Run("step 2: a second exporting cluster adds its own slice in every cluster, and the VIP stays", func(t *testing.T) {
@@ -695,7 +732,8 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			if !slices.Equal(si.Spec.IPs, []string{ttlVIP}) {
 				t.Fatalf("%s: the VIP changed to %v when cluster3 died", m.ID, si.Spec.IPs)
 			}
-			e.event(m, "app", "ttl", importer.EventClusterLeft)
+			e.liveness(m, time.Second, "saying cluster3 is gone", func(s liveness.State) bool { return s.Clusters[c3.ID] == liveness.Gone })
+			e.livenessEvent(m, importer.EventClusterLeft)
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_cluster_dropped_total", map[string]string{"cluster": c3.ID}); v < 1 {
 				t.Fatalf("%s: cluster_dropped_total{cluster3} = %v", m.ID, v)
 			}
@@ -737,7 +775,8 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			e.imported(m, "app", "ttl", 5*time.Second, "with cluster3 again", func(si *mcsv1beta1.ServiceImport) bool {
 				return slices.Equal(clustersOf(si), []string{c1.ID, c3.ID})
 			})
-			e.event(m, "app", "ttl", importer.EventClusterBack)
+			e.liveness(m, time.Second, "saying cluster3 is live", func(s liveness.State) bool { return s.Clusters[c3.ID] == liveness.Live })
+			e.livenessEvent(m, importer.EventClusterBack)
 		}
 	})
 
@@ -756,7 +795,8 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, si := range imports.Items {
-				s["serviceimport/"+si.Name] = string(si.UID)
+				// An outage changes nothing about a service: not one write.
+				s["serviceimport/"+si.Name] = string(si.UID) + "@" + si.ResourceVersion
 			}
 			list, err := m.Kube.DiscoveryV1().EndpointSlices("app").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager})
 			if err != nil {
@@ -777,15 +817,12 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		// A change the importers can only learn of when the broker is back.
 		e.unexport(c2, "app", "steady")
 		for _, m := range members {
-			si := e.imported(m, "app", "ttl", 20*time.Second, "saying the broker is unreachable", func(si *mcsv1beta1.ServiceImport) bool {
-				return readyIs(si, metav1.ConditionUnknown, importer.ReasonBrokerUnreachable)
-			})
-			c := meta.FindStatusCondition(si.Status.Conditions, "Ready")
-			t.Logf("%s: Ready=%s %s: %s", m.ID, c.Status, c.Reason, c.Message)
+			st := e.liveness(m, 20*time.Second, "saying the broker is unreachable", func(s liveness.State) bool { return !s.BrokerReachable })
+			t.Logf("%s: broker unreachable since %v", m.ID, st.BrokerLastContact)
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 0 {
 				t.Fatalf("%s: broker_reachable = %v during the outage", m.ID, v)
 			}
-			e.event(m, "app", "ttl", importer.ReasonBrokerUnreachable)
+			e.livenessEvent(m, importer.EventBrokerUnreachable)
 		}
 		if err := hold.For(ctx, 30*time.Second-time.Since(began), time.Second, func(context.Context) error {
 			for _, m := range members {
@@ -833,6 +870,8 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range members {
+			e.liveness(m, 5*time.Second, "saying the broker answers", func(s liveness.State) bool { return s.BrokerReachable })
+			e.livenessEvent(m, importer.EventBrokerReachable)
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 1 {
 				t.Fatalf("%s: broker_reachable = %v after the outage", m.ID, v)
 			}

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -122,14 +123,22 @@ func (b *leaseBook) expiresIn(cluster string) (time.Duration, bool) {
 }
 
 // transition reevaluates cluster and reports whether its liveness changed
-// since the last call for it.
-func (b *leaseBook) transition(cluster string) (live, changed bool) {
+// since the last call for it, and whether there was one (known).
+func (b *leaseBook) transition(cluster string) (live, changed, known bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	live = b.liveLocked(cluster)
 	prev, known := b.reported[cluster]
 	b.reported[cluster] = live
-	return live, live != prev || !known
+	return live, live != prev || !known, known
+}
+
+// decided returns the liveness last decided by transition for every
+// cluster it was asked about.
+func (b *leaseBook) decided() map[string]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.reported)
 }
 
 // freeze stops time for liveness at lastContact, the last moment the broker

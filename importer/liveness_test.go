@@ -120,19 +120,25 @@ func TestLeaseBook(t *testing.T) {
 	t.Run("transitions are reported once per change", func(t *testing.T) {
 		b, clk := newBook(t)
 		b.observe("east", "v1")
-		if live, changed := b.transition("east"); !live || !changed {
-			t.Fatalf("first evaluation: live %v changed %v", live, changed)
+		if live, changed, known := b.transition("east"); !live || !changed || known {
+			t.Fatalf("first evaluation: live %v changed %v known %v", live, changed, known)
 		}
-		if _, changed := b.transition("east"); changed {
+		if _, changed, _ := b.transition("east"); changed {
 			t.Fatal("no change reported twice")
 		}
 		clk.Step(ttl)
-		if live, changed := b.transition("east"); live || !changed {
-			t.Fatalf("after the TTL: live %v changed %v", live, changed)
+		if live, changed, known := b.transition("east"); live || !changed || !known {
+			t.Fatalf("after the TTL: live %v changed %v known %v", live, changed, known)
+		}
+		if d := b.decided(); len(d) != 1 || d["east"] {
+			t.Fatalf("decided %v after the TTL, want east gone", d)
 		}
 		b.observe("east", "v2")
-		if live, changed := b.transition("east"); !live || !changed {
+		if live, changed, _ := b.transition("east"); !live || !changed {
 			t.Fatalf("after renewing: live %v changed %v", live, changed)
+		}
+		if d := b.decided(); !d["east"] {
+			t.Fatalf("decided %v after renewing, want east live", d)
 		}
 	})
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -97,8 +98,10 @@ func (c *Controller) watchErrorHandler(ctx context.Context, r *cache.Reflector, 
 }
 
 // brokerAnswered takes the outcome of a request to the broker. A success
-// after an outage thaws liveness and resyncs every service; a failure
-// freezes liveness at the last success and has every ServiceImport say so.
+// after an outage thaws liveness and resyncs every service (removals held
+// back during the outage are due); a failure freezes liveness at the last
+// success. Either is published on the liveness ConfigMap: one write, and
+// none per service.
 func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 	logger := klog.FromContext(ctx)
 	now := c.cfg.Clock.Now()
@@ -118,6 +121,8 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 		c.book.thaw()
 		c.cfg.Metrics.setBrokerReachable(true)
 		logger.Info("The broker answers again; clusters get a fresh TTL and every service is resynced", "unreachableFor", now.Sub(lastContact))
+		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeNormal, EventBrokerReachable, "The broker answers again after %s", now.Sub(lastContact).Round(time.Second))
+		c.requestPublish()
 		c.resyncAll()
 	case err == nil:
 		c.cfg.Metrics.setBrokerReachable(true)
@@ -125,7 +130,9 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 		c.book.freeze(lastContact)
 		c.cfg.Metrics.setBrokerReachable(false)
 		logger.Error(err, "The broker does not answer; serving the last known state, dropping no cluster and deleting nothing until it does", "lastContact", lastContact)
-		c.resyncAll()
+		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventBrokerUnreachable,
+			"The broker has not answered since %s: serving the last known state of every service, dropping no cluster and deleting nothing until it does: %v", lastContact.UTC().Format(time.RFC3339), err)
+		c.requestPublish()
 	}
 }
 

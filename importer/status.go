@@ -3,9 +3,7 @@ package importer
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,27 +16,24 @@ import (
 	"github.com/mcsd-io/mcsd/internal/merge"
 )
 
-// ReasonBrokerUnreachable is the Ready condition's reason (status Unknown)
-// while the broker does not answer and the ServiceImport shows the last
-// known state.
-const ReasonBrokerUnreachable = "BrokerUnreachable"
-
-// Event reasons on ServiceImports besides the Ready condition's reasons.
+// Event reasons.
 const (
+	// On the liveness ConfigMap: once per cluster transition.
 	EventClusterLeft = "ClusterLeft"
 	EventClusterBack = "ClusterBack"
+	// On the liveness ConfigMap: once per broker outage.
+	EventBrokerUnreachable = "BrokerUnreachable"
+	EventBrokerReachable   = "BrokerReachable"
 )
 
-// readyCondition is the ServiceImport's Ready condition: Unknown while the
-// broker does not answer (the last known state is served), False (Pending)
+// readyCondition is the ServiceImport's Ready condition: False (Pending)
 // while a ClusterSetIP is missing or no contributing cluster is live, and
-// True otherwise.
-func readyCondition(res merge.Result, live []string, ttl time.Duration, brokerDown bool, lastContact time.Time, generation int64) metav1.Condition {
+// True otherwise. Whether the broker answers is not part of it: an outage
+// changes nothing about the services, so it costs no write per service
+// (the liveness ConfigMap and a metric say it).
+func readyCondition(res merge.Result, live []string, ttl time.Duration, generation int64) metav1.Condition {
 	cond := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), ObservedGeneration: generation}
 	switch {
-	case brokerDown:
-		cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonBrokerUnreachable
-		cond.Message = fmt.Sprintf("The broker has not answered since %s; serving the last known state of this service until it does", lastContact.UTC().Format(time.RFC3339))
 	case len(res.MissingVIPFamilies) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending)
 		cond.Message = fmt.Sprintf("Waiting for a ClusterSetIP of family %s from the exporting clusters", joinFamilies(res.MissingVIPFamilies))
@@ -62,12 +57,10 @@ func joinFamilies(families []corev1.IPFamily) string {
 
 // writeStatus sets status.clusters to the live contributing clusters and
 // the Ready condition, through the status subresource and only when they
-// changed; then it reports clusters that left or came back, and Ready
-// transitions, as events.
+// changed. Clusters leaving and coming back are told once per cluster, on
+// the liveness ConfigMap, not here per service.
 func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, res merge.Result, live []string) error {
-	key := si.Namespace + "/" + si.Name
-	lastContact, down := c.brokerDown()
-	cond := readyCondition(res, live, c.cfg.ClusterTTL, down, lastContact, si.Generation)
+	cond := readyCondition(res, live, c.cfg.ClusterTTL, si.Generation)
 
 	status := si.Status.DeepCopy()
 	status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(live))
@@ -86,74 +79,10 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		return fmt.Errorf("updating status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
 	c.cfg.Metrics.wrote("serviceimport", "update-status")
-
-	logger := klog.FromContext(ctx)
-	var before []string
-	for _, cs := range si.Status.Clusters {
-		before = append(before, cs.Cluster)
-	}
-	for _, cluster := range before {
-		if slices.Contains(live, cluster) || !slices.Contains(res.Clusters, cluster) {
-			continue
-		}
-		// Still exporting, but not live: its Lease expired.
-		c.departures.add(key, cluster)
-		logger.Info("Dropped a gone cluster's endpoints from the import", "serviceImport", klog.KObj(si), "cluster", cluster)
-		c.cfg.Recorder.Eventf(updated, corev1.EventTypeWarning, EventClusterLeft,
-			"Cluster %s left: its broker Lease was not renewed within %s; its endpoints are removed until it renews", cluster, c.cfg.ClusterTTL)
-	}
-	for _, cluster := range live {
-		if slices.Contains(before, cluster) || !c.departures.remove(key, cluster) {
-			continue
-		}
-		logger.Info("Restored a returning cluster's endpoints to the import", "serviceImport", klog.KObj(si), "cluster", cluster)
-		c.cfg.Recorder.Eventf(updated, corev1.EventTypeNormal, EventClusterBack, "Cluster %s is back: its broker Lease is renewed again", cluster)
-	}
+	c.importCache.Mutation(updated)
 	old := meta.FindStatusCondition(si.Status.Conditions, cond.Type)
-	if (old == nil && cond.Status != metav1.ConditionTrue) || (old != nil && (old.Status != cond.Status || old.Reason != cond.Reason)) {
-		kind := corev1.EventTypeNormal
-		if cond.Status != metav1.ConditionTrue {
-			kind = corev1.EventTypeWarning
-		}
-		c.cfg.Recorder.Event(updated, kind, cond.Reason, fmt.Sprintf("%s=%s: %s", cond.Type, cond.Status, cond.Message))
+	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason {
+		klog.FromContext(ctx).V(2).Info("Ready condition changed", "serviceImport", klog.KObj(si), "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 	}
 	return nil
-}
-
-// departures remembers, per service, the clusters dropped from it because
-// their Lease expired, so their return is told apart from a new export.
-type departures struct {
-	mu   sync.Mutex
-	left map[string]map[string]bool
-}
-
-func newDepartures() *departures { return &departures{left: map[string]map[string]bool{}} }
-
-func (d *departures) add(key, cluster string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.left[key] == nil {
-		d.left[key] = map[string]bool{}
-	}
-	d.left[key][cluster] = true
-}
-
-// remove forgets that cluster left the service and reports whether it had.
-func (d *departures) remove(key, cluster string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.left[key][cluster] {
-		return false
-	}
-	delete(d.left[key], cluster)
-	if len(d.left[key]) == 0 {
-		delete(d.left, key)
-	}
-	return true
-}
-
-func (d *departures) forget(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.left, key)
 }

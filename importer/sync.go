@@ -34,10 +34,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	si, err := c.imports.ServiceImports(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		si = nil
-	} else if err != nil {
+	si, err := c.cachedImport(key)
+	if err != nil {
 		return err
 	}
 	if len(exports) == 0 {
@@ -63,8 +61,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	for _, e := range exports {
 		byCluster[e.Cluster] = e
 	}
+	// The slices and the status are independent writes: made at once.
+	var statusErr error
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		statusErr = c.writeStatus(ctx, si, res, live)
+	}()
 	sliceErr := c.writeSlices(ctx, si, live, byCluster)
-	statusErr := c.writeStatus(ctx, si, res, live)
+	<-statusDone
 	logger.V(4).Info("Synced import", "type", res.Spec.Type, "ips", res.Spec.IPs, "clusters", res.Clusters, "live", live)
 	return errors.Join(sliceErr, statusErr)
 }
@@ -127,16 +132,20 @@ func (c *Controller) writeServiceImport(ctx context.Context, si *mcsv1beta1.Serv
 		applyMetadata(&obj.ObjectMeta, res.Labels, res.Annotations)
 		created, err := api.Create(ctx, obj, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			// The cache is behind: the next sync sees it and updates it.
-			return nil, fmt.Errorf("ServiceImport %s/%s exists but is not cached yet", namespace, name)
-		}
-		if err != nil {
+			// Created by someone else, or by this importer before a restart,
+			// and not cached yet: take it as it is and update it below.
+			if si, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading ServiceImport %s/%s, which exists but is not cached yet: %w", namespace, name, err)
+			}
+		} else if err != nil {
 			return nil, fmt.Errorf("creating ServiceImport %s/%s: %w", namespace, name, err)
+		} else {
+			c.cfg.Metrics.wrote("serviceimport", "create")
+			c.importCache.Mutation(created)
+			// Routine at scale: logged, not an Event.
+			klog.FromContext(ctx).V(2).Info("Imported service", "serviceImport", klog.KObj(created), "type", spec.Type, "ips", spec.IPs, "clusters", res.Clusters)
+			return created, nil
 		}
-		c.cfg.Metrics.wrote("serviceimport", "create")
-		klog.FromContext(ctx).Info("Imported service", "serviceImport", klog.KObj(created), "type", spec.Type, "ips", spec.IPs, "clusters", res.Clusters)
-		c.cfg.Recorder.Eventf(created, corev1.EventTypeNormal, "Created", "Imported from %s: type %s%s", strings.Join(res.Clusters, ", "), spec.Type, ipsNote(spec.IPs))
-		return created, nil
 	}
 
 	upd := si.DeepCopy()
@@ -151,6 +160,7 @@ func (c *Controller) writeServiceImport(ctx context.Context, si *mcsv1beta1.Serv
 		return nil, fmt.Errorf("updating ServiceImport %s/%s: %w", namespace, name, err)
 	}
 	c.cfg.Metrics.wrote("serviceimport", "update")
+	c.importCache.Mutation(updated)
 	if len(changed) > 0 {
 		klog.FromContext(ctx).Info("Updated imported service", "serviceImport", klog.KObj(updated), "changed", changed, "ips", spec.IPs)
 		c.cfg.Recorder.Eventf(updated, corev1.EventTypeNormal, "Updated", "Spec updated from the exports (%s)", strings.Join(changed, ", "))
@@ -192,11 +202,15 @@ func specChanges(have, want mcsv1beta1.ServiceImportSpec) []string {
 	return out
 }
 
-func ipsNote(ips []string) string {
-	if len(ips) == 0 {
-		return ""
+// cachedImport is the ServiceImport of key as the cache has it, or as this
+// importer last wrote it when that is newer; nil when there is none.
+func (c *Controller) cachedImport(key string) (*mcsv1beta1.ServiceImport, error) {
+	obj, ok, err := c.importCache.GetByKey(key)
+	if err != nil || !ok {
+		return nil, err
 	}
-	return ", ClusterSetIPs " + strings.Join(ips, ", ")
+	si, _ := obj.(*mcsv1beta1.ServiceImport)
+	return si, nil
 }
 
 // remove deletes the importer's slices and ServiceImport of a service no
@@ -207,7 +221,7 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 		klog.FromContext(ctx).V(2).Info("Not removing the import while the broker is unreachable", "lastContact", since)
 		return nil
 	}
-	own, err := c.ownSlices.ByIndex(byService, namespace+"/"+name)
+	own, err := c.ownCache.ByIndex(byService, namespace+"/"+name)
 	if err != nil {
 		return err
 	}
@@ -234,7 +248,6 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 	if si != nil {
 		c.cfg.Metrics.forget(namespace, name)
 	}
-	c.departures.forget(namespace + "/" + name)
 	return errors.Join(errs...)
 }
 

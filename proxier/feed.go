@@ -3,9 +3,13 @@ package proxier
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Feed hands a [Provider] every change of the embedder's informers on
@@ -17,19 +21,25 @@ import (
 type Feed struct {
 	provider        Provider
 	imports, slices cache.ResourceEventHandlerRegistration
+	sliceStore      cache.Store
 	synced          atomic.Bool
+
+	// mu orders slice deliveries with liveness changes; gone are the
+	// clusters whose endpoints are withheld (see SetGoneClusters).
+	mu   sync.Mutex
+	gone sets.Set[string]
 }
 
 // NewFeed registers p's event handlers on the two informers. Call it before
 // starting them, then [Feed.Run].
 func NewFeed(imports, slices cache.SharedInformer, p Provider) (*Feed, error) {
-	f := &Feed{provider: p}
+	f := &Feed{provider: p, sliceStore: slices.GetStore(), gone: sets.New[string]()}
 	var err error
 	f.imports, err = imports.AddEventHandler(handlers(p.OnServiceImportAdd, p.OnServiceImportUpdate, p.OnServiceImportDelete))
 	if err != nil {
 		return nil, fmt.Errorf("proxier: watching ServiceImports: %w", err)
 	}
-	f.slices, err = slices.AddEventHandler(handlers(p.OnEndpointSliceAdd, p.OnEndpointSliceUpdate, p.OnEndpointSliceDelete))
+	f.slices, err = slices.AddEventHandler(handlers(f.onSliceAdd, f.onSliceUpdate, f.onSliceDelete))
 	if err != nil {
 		_ = imports.RemoveEventHandler(f.imports)
 		return nil, fmt.Errorf("proxier: watching EndpointSlices: %w", err)
@@ -80,3 +90,56 @@ func (f *Feed) Run(ctx context.Context) bool {
 
 // HasSynced says whether Run has handed the provider both initial lists.
 func (f *Feed) HasSynced() bool { return f.synced.Load() }
+
+// SetGoneClusters withholds the endpoints of the given clusters (their
+// broker Lease expired, as the liveness ConfigMap of package liveness
+// says) from the provider, and hands back those of clusters no longer in
+// the set: their slices are delivered again, emptied or whole. The
+// EndpointSlices themselves are left to the importer, which tidies them up
+// later at a bounded rate; the data plane does not wait for that.
+func (f *Feed) SetGoneClusters(gone sets.Set[string]) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before := f.gone
+	changed := gone.SymmetricDifference(before)
+	f.gone = gone.Clone()
+	if changed.Len() == 0 {
+		return
+	}
+	for _, obj := range f.sliceStore.List() {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok || !changed.Has(s.Labels[mcsv1beta1.LabelSourceCluster]) {
+			continue
+		}
+		f.provider.OnEndpointSliceUpdate(withheld(s, before), withheld(s, f.gone))
+	}
+}
+
+func (f *Feed) onSliceAdd(s *discoveryv1.EndpointSlice) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.provider.OnEndpointSliceAdd(withheld(s, f.gone))
+}
+
+func (f *Feed) onSliceUpdate(old, cur *discoveryv1.EndpointSlice) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.provider.OnEndpointSliceUpdate(withheld(old, f.gone), withheld(cur, f.gone))
+}
+
+func (f *Feed) onSliceDelete(s *discoveryv1.EndpointSlice) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.provider.OnEndpointSliceDelete(s)
+}
+
+// withheld is s as the provider sees it: without endpoints when its source
+// cluster is gone. The informer's object is never modified.
+func withheld(s *discoveryv1.EndpointSlice, gone sets.Set[string]) *discoveryv1.EndpointSlice {
+	if gone.Len() == 0 || !gone.Has(s.Labels[mcsv1beta1.LabelSourceCluster]) {
+		return s
+	}
+	empty := *s
+	empty.Endpoints = nil
+	return &empty
+}

@@ -60,9 +60,29 @@ func (c *controllers) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Clients with limiters of their own (see newClients): the exporter's
+	// broker writes, the heartbeat, and each controller's local writes.
 	brokerClients, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
 	if err != nil {
 		return fmt.Errorf("broker clients: %w", err)
+	}
+	heartbeatClients, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("broker clients: %w", err)
+	}
+	// The importer's broker probe must not wait behind the exporter's
+	// writes: a probe that times out means "the broker is down".
+	importerBroker, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("broker clients: %w", err)
+	}
+	exporterLocal, err := newClients(c.local.config, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("local cluster clients: %w", err)
+	}
+	importerLocal, err := newClients(c.local.config, c.o.clientQPS, c.o.clientBurst)
+	if err != nil {
+		return fmt.Errorf("local cluster clients: %w", err)
 	}
 	// The informers' connections wait at a gate the heartbeat opens and
 	// closes: after a broker outage they resume with the heartbeat's first
@@ -92,8 +112,8 @@ func (c *controllers) run(ctx context.Context) error {
 		exp, err = exporter.New(exporter.Config{
 			ClusterID:       c.clusterID,
 			BrokerNamespace: c.o.brokerNamespace,
-			Local:           c.local.kube,
-			LocalMCS:        c.local.mcs,
+			Local:           exporterLocal.kube,
+			LocalMCS:        exporterLocal.mcs,
 			Broker:          brokerClients.kube,
 			BrokerMCS:       brokerClients.mcs,
 			BrokerWatch:     brokerWatch.kube,
@@ -116,19 +136,20 @@ func (c *controllers) run(ctx context.Context) error {
 	var imp *importer.Controller
 	if c.o.runs(componentImporter) {
 		imp, err = importer.New(importer.Config{
-			ClusterID:       c.clusterID,
-			BrokerNamespace: c.o.brokerNamespace,
-			Local:           c.local.kube,
-			LocalMCS:        c.local.mcs,
-			Broker:          brokerClients.kube,
-			BrokerMCS:       brokerClients.mcs,
-			BrokerWatch:     brokerWatch.kube,
-			BrokerWatchMCS:  brokerWatch.mcs,
-			ClusterTTL:      c.o.clusterTTL,
-			Recorder:        recorder,
-			Metrics:         c.importerMetrics,
-			Workers:         c.o.importerWorkers,
-			ResyncPeriod:    c.o.controllerResync,
+			ClusterID:         c.clusterID,
+			BrokerNamespace:   c.o.brokerNamespace,
+			Local:             importerLocal.kube,
+			LocalMCS:          importerLocal.mcs,
+			Broker:            importerBroker.kube,
+			BrokerMCS:         importerBroker.mcs,
+			BrokerWatch:       brokerWatch.kube,
+			BrokerWatchMCS:    brokerWatch.mcs,
+			LivenessNamespace: c.o.leaderElectNS,
+			ClusterTTL:        c.o.clusterTTL,
+			Recorder:          recorder,
+			Metrics:           c.importerMetrics,
+			Workers:           c.o.importerWorkers,
+			ResyncPeriod:      c.o.controllerResync,
 		})
 		if err != nil {
 			return err
@@ -142,7 +163,7 @@ func (c *controllers) run(ctx context.Context) error {
 	// has endpoints for others to drop, but an importing-only cluster's
 	// Lease costs one write every few seconds and keeps the rule simple.
 	hb := &exporter.Heartbeat{
-		Broker:    brokerClients.kube,
+		Broker:    heartbeatClients.kube,
 		Namespace: c.o.brokerNamespace,
 		Name:      record.LeaseName(c.clusterID),
 		ClusterID: c.clusterID,

@@ -9,12 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -143,16 +145,18 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 // run serves DNS and programs the proxier until ctx ends. The proxier's
 // rules are left in place on exit: traffic keeps flowing while mcsd
 // restarts, and the next start takes them over.
-func (dp *dataPlane) run(ctx context.Context, o *options) error {
+func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error {
 	errc := make(chan error, 3)
 	running := 0
+	var feed *proxier.Feed
 	if dp.dnsServer != nil {
 		running += 2
 		go func() { errc <- dp.dnsIndex.Run(ctx, dp.imports, dp.slices) }()
 		go func() { errc <- dp.serveDNS(ctx, o) }()
 	}
 	if dp.provider != nil {
-		feed, err := proxier.NewFeed(dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
+		var err error
+		feed, err = proxier.NewFeed(dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
 			dp.slices.Discovery().V1().EndpointSlices().Informer(), dp.provider)
 		if err != nil {
 			return err
@@ -165,6 +169,20 @@ func (dp *dataPlane) run(ctx context.Context, o *options) error {
 			}
 		}()
 	}
+	// A gone cluster's endpoints leave DNS and the proxier as soon as the
+	// importer's liveness ConfigMap says so, before their slices go.
+	watcher, err := liveness.NewWatcher(local.kube, o.leaderElectNS, func(gone sets.Set[string]) {
+		if dp.dnsIndex != nil {
+			dp.dnsIndex.SetGoneClusters(gone)
+		}
+		if feed != nil {
+			feed.SetGoneClusters(gone)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	go watcher.Run(ctx)
 	dp.imports.Start(ctx.Done())
 	dp.slices.Start(ctx.Done())
 	for ; running > 0; running-- {

@@ -97,7 +97,7 @@ func run(ctx context.Context, o *options) error {
 	running := 0
 	if dp != nil {
 		running++
-		go func() { errc <- dp.run(ctx, o) }()
+		go func() { errc <- dp.run(ctx, o, local) }()
 	}
 	if ctrl != nil {
 		running++

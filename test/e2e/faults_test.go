@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/hold"
@@ -324,7 +325,7 @@ func TestFaults(t *testing.T) {
 			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip.String() {
 				return fmt.Errorf("during the outage the ServiceImport's IPs are %v, want [%s]", si.Spec.IPs, vip)
 			}
-			if c := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)); c != nil && c.Reason == importer.ReasonBrokerUnreachable {
+			if cm, err := c1.Kube.CoreV1().ConfigMaps(importer.DefaultLivenessNamespace).Get(s.ctx, liveness.ConfigMapName, metav1.GetOptions{}); err == nil && !liveness.Read(cm).BrokerReachable {
 				sawUnreachable = true
 			}
 			eps, err := s.importedEndpoints(c1.Cluster)
@@ -339,7 +340,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("during the broker outage: %v", err)
 		}
 		if !sawUnreachable {
-			t.Errorf("the ServiceImport's Ready condition never said %s during the outage", importer.ReasonBrokerUnreachable)
+			t.Errorf("the liveness ConfigMap %s never said the broker was unreachable during the outage", liveness.ConfigMapName)
 		}
 		if err := s.cs.Broker.StartAPIServer(s.ctx); err != nil {
 			t.Fatal(err)

@@ -112,6 +112,9 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 			"delete clusterproperties.about.k8s.io":                             "no",
 			"update leases.coordination.k8s.io/mcsd-controllers -n mcsd-system": "yes",
 			"update leases.coordination.k8s.io/other -n mcsd-system":            "no",
+			"update configmaps/mcsd-clusterset-liveness -n mcsd-system":         "yes",
+			"update configmaps/other -n mcsd-system":                            "no",
+			"list configmaps -A":                                                "no",
 		} {
 			cmd := exec.CommandContext(ctx, filepath.Join(kubectlDir, "kubectl"), append([]string{"--context", c.Name, "auth", "can-i", "--as", sa}, strings.Fields(check)...)...)
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)

@@ -1,0 +1,110 @@
+package proxier_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+
+	"github.com/mcsd-io/mcsd/proxier"
+)
+
+func TestFeedWithholdsGoneClusters(t *testing.T) {
+	ctx := t.Context()
+	cart := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"},
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:  mcsv1beta1.ClusterSetIP,
+			IPs:   []string{"243.64.0.10"},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}},
+		},
+	}
+	exported := proxier.ServicePorts{}
+	exported.Add("http", v1.ProtocolTCP, 80)
+	slice := func(cluster, ip string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: "shop", Name: "cart-" + cluster,
+				Labels:      map[string]string{mcsv1beta1.LabelServiceName: "cart", mcsv1beta1.LabelSourceCluster: cluster},
+				Annotations: map[string]string{proxier.ServicePortsAnnotation: exported.Encode()},
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+		}
+	}
+	east, west := slice("east", "10.1.0.7"), slice("west", "10.2.0.7")
+	kube, mcs := kubefake.NewClientset(east, west), mcsfake.NewSimpleClientset(cart)
+	nft := knftables.NewFake(knftables.IPv4Family, proxier.TableName)
+	p, err := proxier.New(proxier.Config{
+		ClusterID: "east", IPFamily: v1.IPv4Protocol, NFTables: nft,
+		Conntrack: conntrackByCNI{}, MinSyncPeriod: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeInformers, mcsInformers := informers.NewSharedInformerFactory(kube, 0), mcsinformers.NewSharedInformerFactory(mcs, 0)
+	feed, err := proxier.NewFeed(mcsInformers.Multicluster().V1beta1().ServiceImports().Informer(),
+		kubeInformers.Discovery().V1().EndpointSlices().Informer(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeInformers.Start(ctx.Done())
+	mcsInformers.Start(ctx.Done())
+	go p.SyncLoop(ctx)
+	if !feed.Run(ctx) {
+		t.Fatal("the feed did not sync")
+	}
+	backendsAre := func(what string, want ...string) {
+		t.Helper()
+		var got []string
+		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			elements, _ := nft.ListElements(ctx, "map", "backends-tcp")
+			got = got[:0]
+			for _, e := range elements {
+				for _, ip := range []string{"10.1.0.7", "10.2.0.7", "10.2.0.8"} {
+					if strings.Contains(strings.Join(e.Value, " "), ip) {
+						got = append(got, ip)
+					}
+				}
+			}
+			slices.Sort(got)
+			return slices.Equal(got, want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: backends %v, want %v", what, got, want)
+		}
+	}
+	backendsAre("both clusters live", "10.1.0.7", "10.2.0.7")
+
+	feed.SetGoneClusters(sets.New("west"))
+	backendsAre("west gone", "10.1.0.7")
+	// A change to a gone cluster's slice stays withheld.
+	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
+	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Update(ctx, west, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	east.Endpoints[0].Addresses = []string{"10.1.0.7"}
+	east.Labels["touched"] = "yes"
+	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Update(ctx, east, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	backendsAre("west gone, its slice updated", "10.1.0.7")
+
+	feed.SetGoneClusters(sets.New[string]())
+	backendsAre("west back, with its update", "10.1.0.7", "10.2.0.7", "10.2.0.8")
+}
