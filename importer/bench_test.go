@@ -13,16 +13,13 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
@@ -203,34 +200,27 @@ func BenchmarkImportAtScale(b *testing.B) {
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	defer stopRenewing()
 	for _, c := range clusters[1:] {
-		go wait.UntilWithContext(renewCtx, func(ctx context.Context) {
-			renewLease(ctx, kube, c)
-		}, 2*time.Second)
+		fake := fixture.FakeExporter{Cluster: c, Kube: kube, MCS: mcs}
+		go wait.UntilWithContext(renewCtx, func(ctx context.Context) { _ = fake.Renew(ctx) }, 2*time.Second)
 	}
 
 	began := time.Now()
 	vipBase := netip.MustParseAddr("243.200.0.0").As4()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var failed sync.Once
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := writeService(ctx, kube, mcs, clusters, fmt.Sprintf("scale-%02d", i%namespaces), fmt.Sprintf("svc-%05d", i), vipFor(vipBase, i), i); err != nil {
-					failed.Do(func() { b.Error(err) })
-				}
+	err := fixture.InParallel(ctx, 32, n, func(ctx context.Context, i int) error {
+		for ci, cluster := range clusters {
+			fake := fixture.FakeExporter{Cluster: cluster, Kube: kube, MCS: mcs}
+			if err := fake.Export(ctx, fixture.FakeService{
+				Namespace: fmt.Sprintf("scale-%02d", i%namespaces), Name: fmt.Sprintf("svc-%05d", i),
+				VIP:       vipFor(vipBase, i),
+				Endpoints: []string{fmt.Sprintf("10.%d.%d.%d", 64+ci, (i/250)%250, i%250+1)},
+			}); err != nil {
+				return err
 			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 	b.Logf("wrote %d records, %d EndpointSlices to the broker in %v", 3*n, 3*n, time.Since(began).Round(time.Second))
 
@@ -241,7 +231,7 @@ func BenchmarkImportAtScale(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	imp := fixture.StartImporter(b, m, fixture.ImporterOptions{NoWait: true, LocalQPS: 2000, Workers: 8})
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 50*time.Minute, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 50*time.Minute, true, func(context.Context) (bool, error) {
 		return metricValue(imp.Registry, "mcsd_importer_local_writes_total", map[string]string{"kind": "serviceimport", "operation": "update-status"}) >= float64(n) &&
 			metricValue(imp.Registry, "mcsd_importer_local_writes_total", map[string]string{"kind": "endpointslice", "operation": "create"}) >= float64(3*n), nil
 	})
@@ -292,64 +282,6 @@ func vipFor(base [4]byte, i int) string {
 	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	v += uint32(i) + 1
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
-}
-
-// writeService writes each cluster's record and EndpointSlice of one
-// service, as the clusters' exporters would.
-func writeService(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interface, clusters []string, ns, name, vip string, i int) error {
-	created := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	for ci, cluster := range clusters {
-		e := record.Export{
-			Cluster: cluster, Namespace: ns, Name: name, Created: created,
-			Type:       mcsv1beta1.ClusterSetIP,
-			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			VIPs:       []string{vip},
-		}
-		if err := e.Validate(); err != nil {
-			return err
-		}
-		obj := record.Encode(e)
-		obj.Namespace = broker.DefaultNamespace
-		if _, err := mcs.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("writing record %s: %w", obj.Name, err)
-		}
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: broker.DefaultNamespace,
-				Name:      record.EndpointSliceName(cluster, ns, name, discoveryv1.AddressTypeIPv4, 0),
-				Labels:    record.EndpointSliceLabels(cluster, ns, name),
-			},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
-			Endpoints: []discoveryv1.Endpoint{{
-				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 64+ci, (i/250)%250, i%250+1)},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			}},
-		}
-		if _, err := kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("writing EndpointSlice %s: %w", slice.Name, err)
-		}
-	}
-	return nil
-}
-
-func renewLease(ctx context.Context, kube kubernetes.Interface, cluster string) {
-	leases := kube.CoordinationV1().Leases(broker.DefaultNamespace)
-	now := metav1.NewMicroTime(time.Now())
-	l, err := leases.Get(ctx, record.LeaseName(cluster), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, _ = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName(cluster), Labels: record.LeaseLabels(cluster)},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(cluster), LeaseDurationSeconds: ptr.To[int32](10), RenewTime: &now},
-		}, metav1.CreateOptions{})
-		return
-	}
-	if err != nil {
-		return
-	}
-	l.Spec.RenewTime = &now
-	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
 }
 
 // vmRSS is this process's resident set size in bytes, 0 when unknown.

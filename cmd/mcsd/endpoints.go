@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +17,7 @@ import (
 // check is one named readiness or health check.
 type check func() (bool, string)
 
-// serveEndpoints starts the /metrics and the /healthz, /readyz and /livez
+// serveEndpoints starts the /metrics (and /debug/pprof with --profiling) and the /healthz, /readyz and /livez
 // servers; both stop when ctx ends. A port that cannot be bound is an error
 // at once, naming the flag.
 func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, dp *dataPlane, ctrl *controllers) error {
@@ -31,6 +32,14 @@ func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, d
 	if o.metricsAddress != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if o.profiling {
+			// As Kubernetes components do with --profiling: heap and CPU
+			// profiles on the metrics address.
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		if err := listenAndServe(ctx, "metrics-address", o.metricsAddress, mux); err != nil {
 			return err
 		}

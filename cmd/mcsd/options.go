@@ -55,6 +55,7 @@ type options struct {
 	clusterTTL          time.Duration
 	leaderElect         bool
 	leaderElectNS       string
+	profiling           bool
 	leaderElectLease    time.Duration
 	leaderElectRenew    time.Duration
 	leaderElectRetry    time.Duration
@@ -102,8 +103,8 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 	fs.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
 	fs.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
 	fs.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
-	fs.Float64Var(&o.clientQPS, "kube-api-qps", 50, "queries per second to each API server")
-	fs.IntVar(&o.clientBurst, "kube-api-burst", 100, "burst of queries to each API server")
+	fs.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
+	fs.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
 
 	fs.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (an RFC 1123 label); empty means the cluster.clusterset.k8s.io ClusterProperty, created from the kube-system namespace UID when absent")
 	fs.StringVar(&o.clusterSet, "clusterset", "clusterset", "name of the ClusterSet this cluster joins (recorded as the clusterset.k8s.io ClusterProperty)")
@@ -145,6 +146,7 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 	fs.DurationVar(&o.healthTimeout, "proxier-healthz-timeout", time.Minute, "the proxier is unhealthy when a queued update has not been applied for this long")
 
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles under /debug/pprof/ on --metrics-address")
 	fs.StringVar(&o.healthAddress, "health-address", ":9091", "address of /healthz, /readyz and /livez; empty disables them")
 	return raw
 }

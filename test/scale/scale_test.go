@@ -1,0 +1,369 @@
+// Package scale measures the control plane at clusterset scale: many member
+// clusters, each exporting thousands of services, imported by one real mcsd
+// daemon running with its default settings. It only benchmarks; nothing in
+// it passes or fails on time.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/harness"
+)
+
+// namespaces the services are spread over.
+const namespaces = 20
+
+// headlessEvery: one service in this many is headless, so that DNS answers
+// with endpoint addresses and shows when a cluster's endpoints leave.
+const headlessEvery = 50
+
+// BenchmarkClusterset runs each scenario of MCSD_SCALE (default
+// "3x10000x1,50x1000x10": clusters x services x endpoints per service and
+// cluster) on a fresh broker and member cluster, and prints one table row
+// per scenario.
+func BenchmarkClusterset(b *testing.B) {
+	spec := os.Getenv("MCSD_SCALE")
+	if spec == "" {
+		spec = "3x10000x1,50x1000x10"
+	}
+	scenarios, err := parseScenarios(spec)
+	if err != nil {
+		b.Fatalf("MCSD_SCALE: %v", err)
+	}
+	var rows []result
+	for _, sc := range scenarios {
+		b.Run(sc.String(), func(b *testing.B) {
+			for range b.N {
+				rows = append(rows, run(b, sc))
+			}
+		})
+	}
+	printTable(os.Stdout, rows)
+}
+
+// run stands up one scenario and measures it.
+func run(b *testing.B, sc scenario) result {
+	res := result{scenario: sc, loadBefore: loadAverage()}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
+	defer cancel()
+	cs := harness.Start(b, harness.Options{Clusters: 1})
+	m := fixture.Join(b, cs)[0]
+	node, err := m.AddNode(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range namespaces {
+		if _, err := m.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespaceOf(i)}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	// The simulated clusters write as fast as the broker takes it: they
+	// stand in for many exporters at once. The member's own ID is one of
+	// them (its exporter does not run), the others renew their Leases.
+	cfg := rest.CopyConfig(cs.Broker.Config)
+	cfg.QPS = -1
+	brokerKube, brokerMCS := kubernetes.NewForConfigOrDie(cfg), mcsclient.NewForConfigOrDie(cfg)
+	clusters := []string{m.ID}
+	for i := 2; i <= sc.clusters; i++ {
+		clusters = append(clusters, fmt.Sprintf("member-%02d", i))
+	}
+	heartbeats := map[string]*heartbeat{}
+	for _, c := range clusters[1:] {
+		heartbeats[c] = startHeartbeat(ctx, fixture.FakeExporter{Cluster: c, Kube: brokerKube, MCS: brokerMCS})
+	}
+	defer func() {
+		for _, hb := range heartbeats {
+			hb.stop()
+		}
+	}()
+	began := time.Now()
+	err = fixture.InParallel(ctx, 32, sc.services, func(ctx context.Context, i int) error {
+		for ci, c := range clusters {
+			fake := fixture.FakeExporter{Cluster: c, Kube: brokerKube, MCS: brokerMCS}
+			if err := fake.Export(ctx, sc.service(i, ci)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.brokerWrite = time.Since(began)
+	res.brokerDB = cs.Broker.EtcdDBSize()
+	b.Logf("%s: %d records and %d EndpointSlices written to the broker in %v", sc, sc.services*sc.clusters, sc.services*sc.clusters, res.brokerWrite.Round(time.Second))
+
+	// One mcsd with its defaults, importing; its DNS and proxier in the node.
+	start := time.Now()
+	args := []string{"--components=importer,dns,proxier"}
+	profiles := os.Getenv("MCSD_SCALE_PROFILES")
+	if profiles != "" {
+		args = append(args, "--profiling")
+	}
+	d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: args})
+	if d != nil {
+		defer func() { _ = d.Terminate(30 * time.Second) }()
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	metrics := &scraper{url: d.Metrics}
+	want := map[string]float64{
+		writes("serviceimport", "update-status"): float64(sc.services),
+		writes("endpointslice", "create"):        float64(sc.services * sc.clusters),
+	}
+	if err := metrics.waitFor(ctx, 250*time.Millisecond, func(s sample) bool { return s.atLeast(want) }); err != nil {
+		b.Fatalf("the importer did not converge: %v\n%s", err, d.Tail(30))
+	}
+	if err := waitImported(ctx, m, sc); err != nil {
+		b.Fatal(err)
+	}
+	res.converge = time.Since(start)
+	final, err := metrics.scrape(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.writesPerService = final.sum("mcsd_importer_local_writes_total", nil) / float64(sc.services)
+	res.daemon = d.Memory()
+	res.brokerAPIServer = cs.Broker.APIServerMemory()
+	res.memberAPIServer = m.APIServerMemory()
+	res.brokerDB = cs.Broker.EtcdDBSize()
+	b.Logf("%s: imported in %v; mcsd RSS %s (peak %s)", sc, res.converge.Round(time.Millisecond), mib(res.daemon.RSS), mib(res.daemon.PeakRSS))
+	if profiles != "" {
+		path := filepath.Join(profiles, sc.String()+"-heap.pprof")
+		if err := saveProfile(ctx, strings.TrimSuffix(d.Metrics, "/metrics")+"/debug/pprof/heap", path); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("heap profile of mcsd: %s", path)
+	}
+
+	// The data plane must have everything before a cluster can leave it.
+	probe := newDropProbe(node, sc, clusters)
+	if err := probe.waitServed(ctx); err != nil {
+		b.Fatalf("%v\n%s", err, d.Tail(30))
+	}
+
+	res.flipWrites, res.flipConfigMapWrites, err = brokerFlip(ctx, cs, metrics, sc)
+	if err != nil {
+		b.Fatalf("broker flip: %v\n%s", err, d.Tail(30))
+	}
+	if err := probe.waitServed(ctx); err != nil {
+		b.Fatalf("after the broker flip: %v\n%s", err, d.Tail(30))
+	}
+
+	// One cluster dies: its heartbeat stops.
+	beforeDeath, err := metrics.scrape(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dead := heartbeats[clusters[1]]
+	last := dead.stop()
+	res.dnsGone, res.nftGone, err = probe.waitGone(ctx, last)
+	if err != nil {
+		b.Fatalf("%v\n%s", err, d.Tail(30))
+	}
+	res.cleanupRate, res.cleanup, err = cleanupRate(ctx, metrics, last, sc, beforeDeath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.loadAfter = loadAverage()
+	return res
+}
+
+// saveProfile writes what url serves to path.
+func saveProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func namespaceOf(i int) string { return fmt.Sprintf("scale-%02d", i%namespaces) }
+
+// waitImported checks the cluster itself: every ServiceImport with every
+// cluster in its status, and every slice.
+func waitImported(ctx context.Context, m *fixture.Member, sc scenario) error {
+	var imports, complete, slices int
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		imports, complete, slices = 0, 0, 0
+		for i := range namespaces {
+			list, err := m.MCS.MulticlusterV1beta1().ServiceImports(namespaceOf(i)).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if err != nil {
+				return false, nil
+			}
+			for _, si := range list.Items {
+				imports++
+				if len(si.Status.Clusters) == sc.clusters {
+					complete++
+				}
+			}
+			sl, err := m.Kube.DiscoveryV1().EndpointSlices(namespaceOf(i)).List(ctx, metav1.ListOptions{
+				ResourceVersion: "0",
+				LabelSelector:   discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+			})
+			if err != nil {
+				return false, nil
+			}
+			slices += len(sl.Items)
+		}
+		return imports == sc.services && complete == sc.services && slices == sc.services*sc.clusters, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d ServiceImports (%d with all %d clusters), %d EndpointSlices; want %d and %d",
+			imports, complete, sc.clusters, slices, sc.services, sc.services*sc.clusters)
+	}
+	return nil
+}
+
+// heartbeat renews a simulated cluster's Lease every 2 s, as a heartbeat
+// with the default 10 s lease does, and remembers its last success.
+type heartbeat struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	last   time.Time
+}
+
+func startHeartbeat(ctx context.Context, fake fixture.FakeExporter) *heartbeat {
+	ctx, cancel := context.WithCancel(ctx)
+	hb := &heartbeat{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(hb.done)
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if fake.Renew(ctx) == nil {
+				hb.mu.Lock()
+				hb.last = time.Now()
+				hb.mu.Unlock()
+			}
+		}, 2*time.Second)
+	}()
+	return hb
+}
+
+// stop ends the heartbeat and returns when it last renewed.
+func (hb *heartbeat) stop() time.Time {
+	hb.cancel()
+	<-hb.done
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.last
+}
+
+// brokerFlip stops the broker's API server until the importer notices,
+// starts it again, waits until every service was synced once more, and
+// returns the importer's writes of ServiceImports and slices in between,
+// and those of the liveness ConfigMap.
+func brokerFlip(ctx context.Context, cs *harness.ClusterSet, metrics *scraper, sc scenario) (objects, configMaps float64, err error) {
+	before, err := metrics.scrape(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	cs.Broker.StopAPIServer()
+	reachable := func(v float64) func(sample) bool {
+		return func(s sample) bool { return s.sum("mcsd_importer_broker_reachable", nil) == v }
+	}
+	if err := metrics.waitFor(ctx, 100*time.Millisecond, reachable(0)); err != nil {
+		_ = cs.Broker.StartAPIServer(ctx)
+		return 0, 0, fmt.Errorf("the importer never saw the broker down: %w", err)
+	}
+	if err := cs.Broker.StartAPIServer(ctx); err != nil {
+		return 0, 0, err
+	}
+	synced := before.sum("mcsd_importer_syncs_total", nil) + float64(sc.services)
+	if err := metrics.waitFor(ctx, 250*time.Millisecond, func(s sample) bool {
+		return reachable(1)(s) && s.sum("mcsd_importer_syncs_total", nil) >= synced
+	}); err != nil {
+		return 0, 0, fmt.Errorf("the importer did not resync every service after the broker came back: %w", err)
+	}
+	after, err := metrics.scrape(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	cm := map[string]string{"kind": "configmap"}
+	total := after.sum("mcsd_importer_local_writes_total", nil) - before.sum("mcsd_importer_local_writes_total", nil)
+	configMaps = after.sum("mcsd_importer_local_writes_total", cm) - before.sum("mcsd_importer_local_writes_total", cm)
+	return total - configMaps, configMaps, nil
+}
+
+// cleanupRate is how many of the dead cluster's slices a second the
+// importer deletes: all of them (one per service), from the moment it went.
+func cleanupRate(ctx context.Context, metrics *scraper, since time.Time, sc scenario, before sample) (float64, time.Duration, error) {
+	deleted := func(s sample) float64 { return s.sum(writes("endpointslice", "delete"), nil) - before.sum(writes("endpointslice", "delete"), nil) }
+	if err := metrics.waitFor(ctx, 250*time.Millisecond, func(s sample) bool { return deleted(s) >= float64(sc.services) }); err != nil {
+		return 0, 0, fmt.Errorf("the dead cluster's slices were not all deleted: %w", err)
+	}
+	took := time.Since(since)
+	return float64(sc.services) / took.Seconds(), took, nil
+}
+
+// service is the i-th service as cluster ci exports it.
+func (sc scenario) service(i, ci int) fixture.FakeService {
+	svc := fixture.FakeService{Namespace: namespaceOf(i), Name: fmt.Sprintf("svc-%05d", i)}
+	if i%headlessEvery != 0 {
+		svc.VIP = vipOf(i).String()
+	}
+	for e := range sc.endpoints {
+		svc.Endpoints = append(svc.Endpoints, endpointOf(ci, i*sc.endpoints+e).String())
+	}
+	return svc
+}
+
+// vipOf is the ClusterSetIP of the i-th service.
+func vipOf(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{243, 200 + byte(i>>16), byte(i >> 8), byte(i)})
+}
+
+// endpointOf is the k-th endpoint address of cluster ci: 100.(64+ci)/16,
+// so that a cluster's endpoints are told apart by their prefix.
+func endpointOf(ci, k int) netip.Addr {
+	return netip.AddrFrom4([4]byte{100, byte(64 + ci), byte(k / 250), byte(k%250 + 1)})
+}
+
+func clusterPrefix(ci int) string { return fmt.Sprintf("100.%d.", 64+ci) }
+
+func writes(kind, operation string) string {
+	return `mcsd_importer_local_writes_total{kind="` + kind + `",operation="` + operation + `"}`
+}
+
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(data))[:3], " ")
+}

@@ -1,0 +1,84 @@
+package scale
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcsd-io/mcsd/test/harness"
+)
+
+// scenario is a clusterset's shape: clusters, each exporting services with
+// endpoints ready endpoints each.
+type scenario struct{ clusters, services, endpoints int }
+
+func (sc scenario) String() string {
+	return fmt.Sprintf("%dx%dx%d", sc.clusters, sc.services, sc.endpoints)
+}
+
+// parseScenarios reads "CxSxE,CxSxE".
+func parseScenarios(spec string) ([]scenario, error) {
+	var out []scenario
+	for _, part := range strings.Split(spec, ",") {
+		fields := strings.Split(strings.TrimSpace(part), "x")
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("%q is not CLUSTERSxSERVICESxENDPOINTS", part)
+		}
+		var n [3]int
+		for i, f := range fields {
+			v, err := strconv.Atoi(f)
+			if err != nil || v < 1 {
+				return nil, fmt.Errorf("%q: %q is not a positive number", part, f)
+			}
+			n[i] = v
+		}
+		if n[0] < 2 || n[0] > 64 {
+			return nil, fmt.Errorf("%q: between 2 and 64 clusters (one of them dies)", part)
+		}
+		if n[1]*n[2] > 250*256 {
+			return nil, fmt.Errorf("%q: at most %d endpoints per cluster", part, 250*256)
+		}
+		out = append(out, scenario{n[0], n[1], n[2]})
+	}
+	return out, nil
+}
+
+// result is what one scenario measured.
+type result struct {
+	scenario
+	loadBefore, loadAfter string
+
+	brokerWrite      time.Duration
+	converge         time.Duration
+	writesPerService float64
+	daemon           harness.Memory
+	brokerAPIServer  harness.Memory
+	memberAPIServer  harness.Memory
+	brokerDB         int64
+
+	flipWrites, flipConfigMapWrites float64
+	dnsGone, nftGone                time.Duration
+	cleanupRate                     float64
+	cleanup                         time.Duration
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func printTable(w io.Writer, rows []result) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "mcsd with its default settings (--components=importer,dns,proxier; TTL 10 s), one member cluster, simulated clusters writing to a real broker")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\tmcsd RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tslices cleaned up (per s)\tload before -> after\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t%s -> %s\t\n",
+			r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService,
+			mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
+			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.cleanup.Seconds(), r.cleanupRate, r.loadBefore, r.loadAfter)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "import converged: mcsd start -> every ServiceImport with every cluster in its status and every EndpointSlice written.")
+	fmt.Fprintln(w, "dead cluster gone: time from its last Lease renewal until its endpoints left DNS and the node's nftables (TTL + 2 s = 12 s is the bound).")
+}
