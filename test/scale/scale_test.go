@@ -323,7 +323,9 @@ func brokerFlip(ctx context.Context, cs *harness.ClusterSet, metrics *scraper, s
 // cleanupRate is how many of the dead cluster's slices a second the
 // importer deletes: all of them (one per service), from the moment it went.
 func cleanupRate(ctx context.Context, metrics *scraper, since time.Time, sc scenario, before sample) (float64, time.Duration, error) {
-	deleted := func(s sample) float64 { return s.sum(writes("endpointslice", "delete"), nil) - before.sum(writes("endpointslice", "delete"), nil) }
+	deleted := func(s sample) float64 {
+		return s.sum(writes("endpointslice", "delete"), nil) - before.sum(writes("endpointslice", "delete"), nil)
+	}
 	if err := metrics.waitFor(ctx, 250*time.Millisecond, func(s sample) bool { return deleted(s) >= float64(sc.services) }); err != nil {
 		return 0, 0, fmt.Errorf("the dead cluster's slices were not all deleted: %w", err)
 	}
