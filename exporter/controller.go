@@ -28,6 +28,8 @@ import (
 
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/sliceapply"
+	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
@@ -90,6 +92,7 @@ type Controller struct {
 	synced        []cache.InformerSynced
 	queue         workqueue.TypedRateLimitingInterface[string]
 	vips          *vipBook
+	applier       sliceapply.Applier
 	initialized   chan struct{}
 
 	brokerMu   sync.Mutex
@@ -127,6 +130,17 @@ func New(cfg Config) (*Controller, error) {
 		vips:        newVIPBook(cfg.Allocators),
 		initialized: make(chan struct{}),
 	}
+	c.applier = sliceapply.Applier{
+		Client:   cfg.Broker,
+		What:     "broker EndpointSlice",
+		UpToDate: sliceUpToDate,
+		Update:   sliceUpdate,
+		Wrote: func(operation string, _ *discoveryv1.EndpointSlice) {
+			if operation != "found" {
+				cfg.Metrics.writes.WithLabelValues("endpointslice", operation).Inc()
+			}
+		},
+	}
 	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
 	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
 	// On the broker: every cluster's records (for the merge and VIPs), and
@@ -152,6 +166,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	for _, inf := range []cache.SharedIndexInformer{recordInf.Informer(), ownSliceInf.Informer()} {
 		if err := inf.AddIndexers(cache.Indexers{record.IndexByService: record.ServiceIndex}); err != nil {
+			return nil, err
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), sliceInf.Informer(), recordInf.Informer(), ownSliceInf.Informer()} {
+		if err := inf.SetTransform(trim.ManagedFields); err != nil {
 			return nil, err
 		}
 	}

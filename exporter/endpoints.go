@@ -91,6 +91,20 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 		apiequality.Semantic.DeepEqual(have.Ports, want.Ports)
 }
 
+// sliceUpdate is the broker's slice with want's labels, endpoints and
+// ports, keeping labels of others.
+func sliceUpdate(cur, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	upd := cur.DeepCopy()
+	if upd.Labels == nil {
+		upd.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		upd.Labels[k] = v
+	}
+	upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
+	return upd
+}
+
 func cloneString(s *string) *string {
 	if s == nil {
 		return nil

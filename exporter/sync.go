@@ -138,15 +138,19 @@ func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.Servi
 		obj := record.Encode(own)
 		obj.Namespace = c.cfg.BrokerNamespace
 		_, err := records.Create(ctx, obj, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			// The cache is behind: the next sync sees the record and updates it.
-			return fmt.Errorf("broker record %s exists but is not cached yet", obj.Name)
-		}
-		if err != nil {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// The cache is behind the broker: read the record and bring it
+			// up to date now instead of failing the sync.
+			if existing, err = records.Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("reading broker record %s, which exists but is not cached yet: %w", obj.Name, err)
+			}
+		case err != nil:
 			return fmt.Errorf("creating broker record for %s/%s: %w", own.Namespace, own.Name, err)
+		default:
+			c.cfg.Metrics.writes.WithLabelValues("record", "create").Inc()
+			return nil
 		}
-		c.cfg.Metrics.writes.WithLabelValues("record", "create").Inc()
-		return nil
 	}
 	if record.UpToDate(existing, own) {
 		return nil
@@ -170,59 +174,7 @@ func (c *Controller) writeSlices(ctx context.Context, namespace, name string) er
 	if err != nil {
 		return err
 	}
-	byName := map[string]*discoveryv1.EndpointSlice{}
-	for _, s := range have {
-		byName[s.Name] = s
-	}
-	api := c.cfg.Broker.DiscoveryV1().EndpointSlices(c.cfg.BrokerNamespace)
-	var errs []error
-	for _, w := range want {
-		w.Namespace = c.cfg.BrokerNamespace
-		cur, ok := byName[w.Name]
-		delete(byName, w.Name)
-		if !ok {
-			_, err := api.Create(ctx, w, metav1.CreateOptions{})
-			if err == nil {
-				c.cfg.Metrics.writes.WithLabelValues("endpointslice", "create").Inc()
-				continue
-			}
-			if !apierrors.IsAlreadyExists(err) {
-				errs = append(errs, fmt.Errorf("creating broker EndpointSlice %s: %w", w.Name, err))
-				continue
-			}
-			// The cache is behind the broker: what the broker holds may
-			// be stale, so it is read and brought up to date now rather
-			// than taken for what this sync wanted.
-			if cur, err = api.Get(ctx, w.Name, metav1.GetOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("reading broker EndpointSlice %s, which exists but is not cached yet: %w", w.Name, err))
-				continue
-			}
-		}
-		if sliceUpToDate(cur, w) {
-			continue
-		}
-		upd := cur.DeepCopy()
-		for k, v := range w.Labels {
-			if upd.Labels == nil {
-				upd.Labels = map[string]string{}
-			}
-			upd.Labels[k] = v
-		}
-		upd.Endpoints, upd.Ports = w.Endpoints, w.Ports
-		if _, err := api.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating broker EndpointSlice %s: %w", w.Name, err))
-			continue
-		}
-		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "update").Inc()
-	}
-	for _, extra := range byName {
-		if err := api.Delete(ctx, extra.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting broker EndpointSlice %s: %w", extra.Name, err))
-			continue
-		}
-		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "delete").Inc()
-	}
-	return errors.Join(errs...)
+	return c.applier.Apply(ctx, c.cfg.BrokerNamespace, want, have, false)
 }
 
 // withdraw removes this cluster's record and slices of a service.
@@ -248,14 +200,7 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 	if err != nil {
 		return err
 	}
-	for _, s := range slices {
-		err := c.cfg.Broker.DiscoveryV1().EndpointSlices(c.cfg.BrokerNamespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("withdrawing broker EndpointSlice %s: %w", s.Name, err))
-			continue
-		}
-		c.cfg.Metrics.writes.WithLabelValues("endpointslice", "delete").Inc()
-	}
+	errs = append(errs, c.applier.Delete(ctx, slices))
 	return errors.Join(errs...)
 }
 

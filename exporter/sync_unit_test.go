@@ -501,3 +501,35 @@ func TestSyncReportsTheMergesVerdict(t *testing.T) {
 		t.Fatalf("verdict reason %q, want %q", v.Reason(), want)
 	}
 }
+
+func TestSyncBringsUpToDateWhatTheBrokerHasButTheCacheDoesNot(t *testing.T) {
+	f := newFixture(t, nil)
+	f.add(serviceExport(nil), clusterIPService(), localSlice("cart-a", "10.0.0.1"))
+	// A record and a slice from before a restart, not cached yet and stale:
+	// the Service had another port, the slice another address.
+	stale := record.Export{
+		Cluster: testCluster, Namespace: testNamespace, Name: testName, Created: exportCreated,
+		Type:       mcsv1beta1.ClusterSetIP,
+		Ports:      []mcsv1beta1.ServicePort{{Name: "old", Protocol: corev1.ProtocolTCP, Port: 8081}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+	}
+	rec := record.Encode(stale)
+	rec.Namespace = testBrokerNS
+	f.check(f.brokerMCS.Tracker().Add(rec))
+	old := localSlice("ignored", "10.9.9.9")
+	old.ObjectMeta = metav1.ObjectMeta{
+		Namespace: testBrokerNS,
+		Name:      record.EndpointSliceName(testCluster, testNamespace, testName, discoveryv1.AddressTypeIPv4, 0),
+		Labels:    record.EndpointSliceLabels(testCluster, testNamespace, testName),
+	}
+	f.check(f.broker.Tracker().Add(old))
+
+	// The sync succeeds at once instead of failing until the cache catches up.
+	f.mustSync()
+	if got := f.ownRecord(); got == nil || len(got.Spec.Ports) != 1 || got.Spec.Ports[0].Port != 80 {
+		t.Fatalf("broker record %+v, want the Service's port 80", got)
+	}
+	if got := f.ownSlices(); len(got) != 1 || len(got[0].Endpoints) != 1 || got[0].Endpoints[0].Addresses[0] != "10.0.0.1" {
+		t.Fatalf("broker slices %+v, want the cluster's one endpoint 10.0.0.1", got)
+	}
+}

@@ -30,6 +30,8 @@ import (
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/sliceapply"
+	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
@@ -79,7 +81,23 @@ type Config struct {
 	// CleanupRate is how many services a second are tidied after a
 	// cluster is gone (default DefaultCleanupRate).
 	CleanupRate float64
+
+	// SharedImports and SharedSlices, when set, are informer factories of
+	// the local cluster that the importer shares with the rest of its
+	// process (mcsd's data plane) instead of caching the same objects
+	// twice: every namespace's ServiceImports, and EndpointSlices selected
+	// by SharedSliceSelector. Their owner sets their transforms (to
+	// trim.ManagedFields) and starts them; the importer adds its indexes
+	// and event handlers, and removes the handlers when it stops.
+	SharedImports mcsinformers.SharedInformerFactory
+	SharedSlices  informers.SharedInformerFactory
 }
+
+// SharedSliceSelector selects the EndpointSlices the importer writes, as a
+// shared informer (Config.SharedSlices) must: its managed-by and both MCS
+// labels, which the data plane selects on too.
+var SharedSliceSelector = labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String() +
+	"," + mcsv1beta1.LabelServiceName + "," + mcsv1beta1.LabelSourceCluster
 
 // DefaultLivenessNamespace is where the liveness ConfigMap goes when
 // Config.LivenessNamespace is empty: the namespace mcsd's manifests run it in.
@@ -128,12 +146,15 @@ type Controller struct {
 	importCache cache.MutationCache
 	ownCache    cache.MutationCache
 
-	book        *leaseBook
-	broker      reachability
-	probeNow    chan struct{}
-	publishNow  chan struct{}
+	book       *leaseBook
+	broker     reachability
+	probeNow   chan struct{}
+	publishNow chan struct{}
+	// shared are the handlers on informers the importer does not own.
+	shared      []sharedHandler
 	livenessRef atomic.Pointer[corev1.ConfigMap]
 	cleanup     *pacer
+	slices      sliceapply.Applier
 	initialized chan struct{}
 }
 
@@ -197,6 +218,7 @@ func New(cfg Config) (*Controller, error) {
 		initialized:  make(chan struct{}),
 	}
 	c.cleanup = newPacer(cfg.CleanupRate, c.queue.Add)
+	c.slices = c.sliceApplier()
 	c.broker.lastContact = cfg.Clock.Now()
 
 	inBroker := func(selector string) func(*metav1.ListOptions) {
@@ -216,9 +238,13 @@ func New(cfg Config) (*Controller, error) {
 	// Local: namespaces (a service is imported where its namespace
 	// exists), ServiceImports, and only the importer's own slices.
 	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
-	c.localSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Local, cfg.ResyncPeriod,
-		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String())))
-	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
+	c.localSlices, c.localMCS = cfg.SharedSlices, cfg.SharedImports
+	ownsLocal := c.localSlices == nil || c.localMCS == nil
+	if ownsLocal {
+		c.localSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Local, cfg.ResyncPeriod,
+			informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String())))
+		c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
+	}
 
 	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
 	remoteSliceInf := c.brokerSlices.Discovery().V1().EndpointSlices().Informer()
@@ -237,16 +263,23 @@ func New(cfg Config) (*Controller, error) {
 	if err := remoteSliceInf.AddIndexers(cache.Indexers{byService: record.ServiceIndex}); err != nil {
 		return nil, err
 	}
-	if err := ownSliceInf.AddIndexers(cache.Indexers{byService: localSliceServiceIndex}); err != nil {
-		return nil, err
+	if _, ok := ownSliceInf.GetIndexer().GetIndexers()[byService]; !ok {
+		// A shared informer keeps the index of an earlier term.
+		if err := ownSliceInf.AddIndexers(cache.Indexers{byService: localSliceServiceIndex}); err != nil {
+			return nil, err
+		}
 	}
 	for _, inf := range []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf} {
 		if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler); err != nil {
 			return nil, err
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf, nsInf.Informer(), importInf.Informer(), ownSliceInf} {
-		if err := inf.SetTransform(dropManagedFields); err != nil {
+	transformed := []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf, nsInf.Informer()}
+	if ownsLocal {
+		transformed = append(transformed, importInf.Informer(), ownSliceInf)
+	}
+	for _, inf := range transformed {
+		if err := inf.SetTransform(trim.ManagedFields); err != nil {
 			return nil, err
 		}
 	}
@@ -280,7 +313,7 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := importInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	importReg, err := importInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// The importer's own status writes need no sync; a changed spec,
 		// label or annotation (a hand edit, or its own write) does, and a
 		// deleted ServiceImport is recreated while the service is exported.
@@ -291,19 +324,25 @@ func New(cfg Config) (*Controller, error) {
 			}
 		},
 		DeleteFunc: func(obj any) { c.enqueueLocalImport(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if _, err := ownSliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	ownSliceReg, err := ownSliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// Edits and deletions by anyone else are repaired.
 		UpdateFunc: func(_, obj any) { c.enqueueOwnSlice(obj) },
 		DeleteFunc: func(obj any) { c.enqueueOwnSlice(obj) },
-	}); err != nil {
+	})
+	if err != nil {
+		_ = importInf.Informer().RemoveEventHandler(importReg)
 		return nil, err
+	}
+	if !ownsLocal {
+		c.shared = []sharedHandler{{importInf.Informer(), importReg}, {ownSliceInf, ownSliceReg}}
 	}
 	c.synced = []cache.InformerSynced{
 		recordInf.HasSynced, remoteSliceInf.HasSynced, leaseInf.HasSynced,
-		nsInf.Informer().HasSynced, importInf.Informer().HasSynced, ownSliceInf.HasSynced,
+		nsInf.Informer().HasSynced, importReg.HasSynced, ownSliceReg.HasSynced,
 	}
 	return c, nil
 }
@@ -313,6 +352,7 @@ func New(cfg Config) (*Controller, error) {
 // wrote (so what was unexported while it was down goes), then syncs.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
+	defer c.releaseShared()
 	defer c.queue.ShutDown()
 	defer c.clusterQueue.ShutDown()
 	logger := klog.FromContext(ctx)
@@ -526,12 +566,16 @@ func labelIndex(label string) cache.IndexFunc {
 	}
 }
 
-// dropManagedFields keeps managedFields out of the caches: nothing reads
-// them, and at tens of thousands of objects they are much of the memory.
-// An update of an object without them leaves them unchanged on the server.
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
+// sharedHandler is an event handler on an informer the importer shares.
+type sharedHandler struct {
+	informer     cache.SharedIndexInformer
+	registration cache.ResourceEventHandlerRegistration
+}
+
+// releaseShared removes the importer's handlers from shared informers,
+// which outlive it.
+func (c *Controller) releaseShared() {
+	for _, h := range c.shared {
+		_ = h.informer.RemoveEventHandler(h.registration)
 	}
-	return obj, nil
 }

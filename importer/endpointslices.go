@@ -5,17 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
@@ -24,6 +20,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/sliceapply"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -170,14 +167,9 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 		apiequality.Semantic.DeepEqual(have.Ports, want.Ports)
 }
 
-// sliceWriters is how many of one service's EndpointSlice writes are made
-// at once.
-const sliceWriters = 4
-
 // writeSlices makes the service's local MCS EndpointSlices match the live
 // contributing clusters' broker slices: slices are updated in place, and
-// only extras are deleted (none while the broker is unreachable). The
-// writes are independent and made concurrently.
+// only extras are deleted (none while the broker is unreachable).
 func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, live []string, exports map[string]record.Export) error {
 	key := si.Namespace + "/" + si.Name
 	remote, err := c.remoteSlices.ByIndex(byService, key)
@@ -198,91 +190,58 @@ func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		sources = append(sources, source{export: exports[cluster], slices: byCluster[cluster]})
 	}
 	want := desiredSlices(si, sources)
-
-	own, err := c.ownCache.ByIndex(byService, key)
+	have, err := c.ownSlicesOf(key)
 	if err != nil {
 		return err
 	}
-	have := map[string]*discoveryv1.EndpointSlice{}
-	for _, o := range own {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-			have[s.Name] = s
-		}
+	keepExtras := false
+	if since, down := c.brokerDown(); down && len(have) > len(want) {
+		klog.FromContext(ctx).V(2).Info("Not deleting EndpointSlices while the broker is unreachable", "lastContact", since)
+		keepExtras = true
 	}
-	var writes []func() error
-	for _, w := range want {
-		cur, ok := have[w.Name]
-		delete(have, w.Name)
-		switch {
-		case !ok:
-			writes = append(writes, func() error { return c.createSlice(ctx, w) })
-		case cur.AddressType != w.AddressType:
-			// The address type cannot change: replace the slice.
-			writes = append(writes, func() error { return c.deleteSlice(ctx, cur) })
-		case !sliceUpToDate(cur, w):
-			writes = append(writes, func() error { return c.updateSlice(ctx, cur, w) })
-		}
-	}
-	if len(have) > 0 {
-		if since, down := c.brokerDown(); down {
-			klog.FromContext(ctx).V(2).Info("Not deleting EndpointSlices while the broker is unreachable", "slices", len(have), "lastContact", since)
-			clear(have)
-		}
-	}
-	for _, extra := range have {
-		writes = append(writes, func() error { return c.deleteSlice(ctx, extra) })
-	}
-	return concurrently(writes, sliceWriters)
+	return c.slices.Apply(ctx, si.Namespace, want, have, keepExtras)
 }
 
-// concurrently runs fns, at most n at a time, and joins their errors.
-func concurrently(fns []func() error, n int) error {
-	if len(fns) == 1 {
-		return fns[0]()
-	}
-	errs := make([]error, len(fns))
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = fn()
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-func (c *Controller) createSlice(ctx context.Context, w *discoveryv1.EndpointSlice) error {
-	api := c.cfg.Local.DiscoveryV1().EndpointSlices(w.Namespace)
-	created, err := api.Create(ctx, w, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		// Written before this importer's cache knew of it (a restart, or a
-		// write the watch has not delivered): read it and bring it up to date.
-		cur, err := api.Get(ctx, w.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading EndpointSlice %s/%s, which exists but is not cached yet: %w", w.Namespace, w.Name, err)
-		}
-		if sliceUpToDate(cur, w) {
-			c.ownCache.Mutation(cur)
-			return nil
-		}
-		return c.updateSlice(ctx, cur, w)
-	}
+// ownSlicesOf returns the importer's slices of a service, as its cache
+// has them or as it last wrote them.
+func (c *Controller) ownSlicesOf(key string) ([]*discoveryv1.EndpointSlice, error) {
+	objs, err := c.ownCache.ByIndex(byService, key)
 	if err != nil {
-		return fmt.Errorf("creating EndpointSlice %s/%s: %w", w.Namespace, w.Name, err)
+		return nil, err
 	}
-	c.cfg.Metrics.wrote("endpointslice", "create")
-	c.ownCache.Mutation(created)
-	return nil
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
-// updateSlice makes cur hold want's endpoints, ports, owner and the
+// sliceApplier writes the importer's slices: its own rules for what is up
+// to date and what an update keeps, its metrics, and its writes laid over
+// its cache.
+func (c *Controller) sliceApplier() sliceapply.Applier {
+	return sliceapply.Applier{
+		Client:   c.cfg.Local,
+		What:     "EndpointSlice",
+		UpToDate: sliceUpToDate,
+		Update:   sliceUpdate,
+		Wrote: func(operation string, s *discoveryv1.EndpointSlice) {
+			if operation != "found" {
+				c.cfg.Metrics.wrote("endpointslice", operation)
+			}
+			if operation != "delete" {
+				c.ownCache.Mutation(s)
+			}
+		},
+	}
+}
+
+// sliceUpdate is cur with want's endpoints, ports, owner and the
 // importer's labels and annotation, keeping labels and annotations of
 // others.
-func (c *Controller) updateSlice(ctx context.Context, cur, want *discoveryv1.EndpointSlice) error {
+func sliceUpdate(cur, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	upd := cur.DeepCopy()
 	if upd.Labels == nil {
 		upd.Labels = map[string]string{}
@@ -298,11 +257,5 @@ func (c *Controller) updateSlice(ctx context.Context, cur, want *discoveryv1.End
 		upd.Annotations[k] = v
 	}
 	upd.OwnerReferences, upd.Endpoints, upd.Ports = want.OwnerReferences, want.Endpoints, want.Ports
-	updated, err := c.cfg.Local.DiscoveryV1().EndpointSlices(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("updating EndpointSlice %s/%s: %w", upd.Namespace, upd.Name, err)
-	}
-	c.cfg.Metrics.wrote("endpointslice", "update")
-	c.ownCache.Mutation(updated)
-	return nil
+	return upd
 }

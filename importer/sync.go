@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -221,18 +220,11 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 		klog.FromContext(ctx).V(2).Info("Not removing the import while the broker is unreachable", "lastContact", since)
 		return nil
 	}
-	own, err := c.ownCache.ByIndex(byService, namespace+"/"+name)
+	own, err := c.ownSlicesOf(namespace + "/" + name)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, o := range own {
-		s, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok {
-			continue
-		}
-		errs = append(errs, c.deleteSlice(ctx, s))
-	}
+	errs := []error{c.slices.Delete(ctx, own)}
 	if si != nil && managed(si) {
 		err := c.cfg.LocalMCS.MulticlusterV1beta1().ServiceImports(namespace).Delete(ctx, name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &si.UID},
@@ -249,13 +241,4 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 		c.cfg.Metrics.forget(namespace, name)
 	}
 	return errors.Join(errs...)
-}
-
-func (c *Controller) deleteSlice(ctx context.Context, s *discoveryv1.EndpointSlice) error {
-	err := c.cfg.Local.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	c.cfg.Metrics.wrote("endpointslice", "delete")
-	return nil
 }

@@ -9,8 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
@@ -28,6 +30,9 @@ type controllers struct {
 	local     *clients
 	clusterID string
 
+	sharedImports mcsinformers.SharedInformerFactory
+	sharedSlices  informers.SharedInformerFactory
+
 	exporterMetrics *exporter.Metrics
 	importerMetrics *importer.Metrics
 
@@ -36,8 +41,13 @@ type controllers struct {
 	leading  atomic.Bool
 }
 
-func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer) *controllers {
+func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer, dp *dataPlane) *controllers {
 	c := &controllers{o: o, local: local, clusterID: clusterID}
+	if dp != nil {
+		// One cache of ServiceImports and MCS slices for the data plane
+		// and the importer.
+		c.sharedImports, c.sharedSlices = dp.imports, dp.slices
+	}
 	// Registered once, whatever the number of leadership terms.
 	if o.runs(componentExporter) {
 		c.exporterMetrics = exporter.NewMetrics(reg)
@@ -145,6 +155,8 @@ func (c *controllers) run(ctx context.Context) error {
 			BrokerWatch:       brokerWatch.kube,
 			BrokerWatchMCS:    brokerWatch.mcs,
 			LivenessNamespace: c.o.leaderElectNS,
+			SharedImports:     c.sharedImports,
+			SharedSlices:      c.sharedSlices,
 			ClusterTTL:        c.o.clusterTTL,
 			Recorder:          recorder,
 			Metrics:           c.importerMetrics,

@@ -11,11 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/proxier"
@@ -37,11 +40,25 @@ type dataPlane struct {
 }
 
 func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.Registerer) (*dataPlane, error) {
+	// Only MCS slices: the core controller's are none of the data plane's
+	// business. When this daemon imports too, only those its importer
+	// writes, so that the importer shares this cache.
+	selector := dns.EndpointSliceSelector
+	if o.runs(componentImporter) {
+		selector = importer.SharedSliceSelector
+	}
 	dp := &dataPlane{
 		imports: mcsinformers.NewSharedInformerFactory(local.mcs, 0),
-		// Only MCS slices: the core controller's are none of the data plane's business.
 		slices: informers.NewSharedInformerFactoryWithOptions(local.kube, 0,
-			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = dns.EndpointSliceSelector })),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector })),
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
+		dp.slices.Discovery().V1().EndpointSlices().Informer(),
+	} {
+		if err := inf.SetTransform(trim.ManagedFields); err != nil {
+			return nil, err
+		}
 	}
 	if o.runs(componentDNS) {
 		dp.dnsIndex = dns.NewIndex(klog.Background().WithName("dns-index"))

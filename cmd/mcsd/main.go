@@ -85,7 +85,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	var ctrl *controllers
 	if o.runsControllers() {
-		ctrl = newControllers(o, local, clusterID, reg)
+		ctrl = newControllers(o, local, clusterID, reg, dp)
 	}
 
 	ctx, cancel = context.WithCancel(ctx)

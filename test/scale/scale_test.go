@@ -114,16 +114,26 @@ func run(b *testing.B, sc scenario) result {
 	res.brokerDB = cs.Broker.EtcdDBSize()
 	b.Logf("%s: %d records and %d EndpointSlices written to the broker in %v", sc, sc.services*sc.clusters, sc.services*sc.clusters, res.brokerWrite.Round(time.Second))
 
-	// One mcsd with its defaults, importing; its DNS and proxier in the node.
+	// mcsd with its defaults, as two processes so that each one's memory
+	// is measured: the importer (the elected replica's job) and a node's
+	// data plane (every replica's). One process running both shares the
+	// cache of ServiceImports and MCS slices between them.
 	start := time.Now()
-	args := []string{"--components=importer,dns,proxier"}
+	var extra []string
 	profiles := os.Getenv("MCSD_SCALE_PROFILES")
 	if profiles != "" {
-		args = append(args, "--profiling")
+		extra = append(extra, "--profiling")
 	}
-	d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: args})
+	d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: append([]string{"--components=importer"}, extra...)})
 	if d != nil {
 		defer func() { _ = d.Terminate(30 * time.Second) }()
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	dp, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: append([]string{"--components=dns,proxier"}, extra...)})
+	if dp != nil {
+		defer func() { _ = dp.Terminate(30 * time.Second) }()
 	}
 	if err != nil {
 		b.Fatal(err)
@@ -146,23 +156,27 @@ func run(b *testing.B, sc scenario) result {
 	}
 	res.writesPerService = final.sum("mcsd_importer_local_writes_total", nil) / float64(sc.services)
 	res.daemon = d.Memory()
+	res.dataPlane = dp.Memory()
 	res.brokerAPIServer = cs.Broker.APIServerMemory()
 	res.memberAPIServer = m.APIServerMemory()
 	res.brokerDB = cs.Broker.EtcdDBSize()
-	b.Logf("%s: imported in %v; mcsd RSS %s (peak %s)", sc, res.converge.Round(time.Millisecond), mib(res.daemon.RSS), mib(res.daemon.PeakRSS))
+	b.Logf("%s: imported in %v; importer RSS %s (peak %s)", sc, res.converge.Round(time.Millisecond), mib(res.daemon.RSS), mib(res.daemon.PeakRSS))
 	if profiles != "" {
-		path := filepath.Join(profiles, sc.String()+"-heap.pprof")
-		if err := saveProfile(ctx, strings.TrimSuffix(d.Metrics, "/metrics")+"/debug/pprof/heap", path); err != nil {
-			b.Fatal(err)
+		for name, daemon := range map[string]*fixture.Daemon{"importer": d, "dataplane": dp} {
+			path := filepath.Join(profiles, sc.String()+"-"+name+"-heap.pprof")
+			if err := saveProfile(ctx, strings.TrimSuffix(daemon.Metrics, "/metrics")+"/debug/pprof/heap", path); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("heap profile of mcsd's %s: %s", name, path)
 		}
-		b.Logf("heap profile of mcsd: %s", path)
 	}
 
 	// The data plane must have everything before a cluster can leave it.
 	probe := newDropProbe(node, sc, clusters)
 	if err := probe.waitServed(ctx); err != nil {
-		b.Fatalf("%v\n%s", err, d.Tail(30))
+		b.Fatalf("%v\n%s", err, dp.Tail(30))
 	}
+	res.dataPlane = dp.Memory()
 
 	res.flipWrites, res.flipConfigMapWrites, err = brokerFlip(ctx, cs, metrics, sc)
 	if err != nil {

@@ -55,6 +55,7 @@ type result struct {
 	converge         time.Duration
 	writesPerService float64
 	daemon           harness.Memory
+	dataPlane        harness.Memory
 	brokerAPIServer  harness.Memory
 	memberAPIServer  harness.Memory
 	brokerDB         int64
@@ -69,13 +70,13 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 func printTable(w io.Writer, rows []result) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "mcsd with its default settings (--components=importer,dns,proxier; TTL 10 s), one member cluster, simulated clusters writing to a real broker")
+	fmt.Fprintln(w, "mcsd with its default settings (TTL 10 s, 500 QPS per client, 4 importer workers) as two processes, --components=importer and --components=dns,proxier; one member cluster; simulated clusters writing to a real broker")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\tmcsd RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tslices cleaned up (per s)\tload before -> after\t")
+	fmt.Fprintln(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\timporter RSS (peak)\tdata plane RSS\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tslices cleaned up (per s)\tload before -> after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t%s -> %s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t%s (%s)\t%s\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t%s -> %s\t\n",
 			r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService,
-			mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
+			mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.dataPlane.RSS), mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
 			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.cleanup.Seconds(), r.cleanupRate, r.loadBefore, r.loadAfter)
 	}
 	tw.Flush()
