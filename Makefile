@@ -7,6 +7,7 @@
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
+#   make bench-scale    the control plane at 3x10k and 50x1k services (root)
 #   make image      the mcsd container image (IMAGE=...; needs a Docker engine)
 #   make test-kind  two kind clusters, a smoke test and mcs-api conformance (Docker, kind)
 
@@ -101,6 +102,15 @@ bench-dns: harness-binaries
 # mcsd processes (root).
 bench-e2e: harness-binaries
 	$(GO) test -run '^$$' -bench BenchmarkExportToReachable -benchtime 1x -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/
+
+# The control plane at clusterset scale: simulated clusters writing to a
+# real broker, one mcsd with its default settings importing; prints a table
+# of convergence, writes, memory, broker flip and dead-cluster drop times
+# for each MCSD_SCALE scenario (clusters x services x endpoints) (root).
+MCSD_SCALE ?= 3x10000x1,50x1000x10
+.PHONY: bench-scale
+bench-scale: harness-binaries
+	MCSD_SCALE=$(MCSD_SCALE) $(GO) test -run '^$$' -bench BenchmarkClusterset -benchtime 1x -count=1 -timeout 90m ./test/scale/
 
 # A broker, two clusters and one mcsd each; an app exported from cluster2,
 # reached by name and ClusterSetIP from cluster1, then scaled into cluster1.

@@ -274,7 +274,11 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	transformed := []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf, nsInf.Informer()}
+	// Records are kept decoded, not whole (record.Cached).
+	if err := recordInf.SetTransform(record.CacheTransform); err != nil {
+		return nil, err
+	}
+	transformed := []cache.SharedIndexInformer{remoteSliceInf, leaseInf, nsInf.Informer()}
 	if ownsLocal {
 		transformed = append(transformed, importInf.Informer(), ownSliceInf)
 	}

@@ -83,16 +83,15 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 	}
 	exports := make([]record.Export, 0, len(objs))
 	for _, o := range objs {
-		obj, ok := o.(*mcsv1beta1.ServiceImport)
+		obj, ok := o.(*record.Cached)
 		if !ok {
 			continue
 		}
-		e, err := record.Decode(obj)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Ignoring an invalid broker record", "record", klog.KObj(obj), "err", err)
+		if obj.Invalid != nil {
+			klog.FromContext(ctx).V(2).Info("Ignoring an invalid broker record", "record", klog.KObj(obj), "err", obj.Invalid)
 			continue
 		}
-		exports = append(exports, e)
+		exports = append(exports, obj.Export)
 	}
 	return exports, nil
 }
