@@ -169,10 +169,15 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), sliceInf.Informer(), recordInf.Informer(), ownSliceInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), recordInf.Informer(), ownSliceInf.Informer()} {
 		if err := inf.SetTransform(trim.ManagedFields); err != nil {
 			return nil, err
 		}
+	}
+	// Every EndpointSlice of the cluster is cached, read for its endpoints
+	// only and never written back.
+	if err := sliceInf.Informer().SetTransform(trim.RemoteEndpointSlice); err != nil {
+		return nil, err
 	}
 	c.sliceIndex, c.recordIndex, c.ownSliceIndex = sliceInf.Informer().GetIndexer(), recordInf.Informer().GetIndexer(), ownSliceInf.Informer().GetIndexer()
 

@@ -278,7 +278,11 @@ func New(cfg Config) (*Controller, error) {
 	if err := recordInf.SetTransform(record.CacheTransform); err != nil {
 		return nil, err
 	}
-	transformed := []cache.SharedIndexInformer{remoteSliceInf, leaseInf, nsInf.Informer()}
+	// Other clusters' slices are read for their endpoints only.
+	if err := remoteSliceInf.SetTransform(trim.RemoteEndpointSlice); err != nil {
+		return nil, err
+	}
+	transformed := []cache.SharedIndexInformer{leaseInf, nsInf.Informer()}
 	if ownsLocal {
 		transformed = append(transformed, importInf.Informer(), ownSliceInf)
 	}

@@ -63,8 +63,20 @@ func (c *Controller) runProbe(ctx context.Context) {
 	}
 }
 
+// probeTimeout is how long a probe waits for the broker's answer before
+// taking it for gone. A broker that is merely slow (a busy machine, a
+// relist of tens of thousands of objects) must not look gone: that would
+// freeze liveness and, on thawing, give every cluster a fresh TTL, a dead
+// one included. A probe sent one interval after the last answer and given
+// up after this long freezes liveness at least half a TTL before a cluster
+// renewing on time could look expired for lack of news (3 s with the
+// default 10 s TTL; one interval with short TTLs).
+func (c *Controller) probeTimeout() time.Duration {
+	return max(c.probeInterval(), c.cfg.ClusterTTL/2-c.probeInterval())
+}
+
 func (c *Controller) probe(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, c.probeInterval())
+	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout())
 	defer cancel()
 	leases, err := c.cfg.Broker.CoordinationV1().Leases(c.cfg.BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -5,6 +5,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/trim"
 )
 
 // Cached is an export record as a reader's informer cache keeps it: the
@@ -39,6 +41,9 @@ func CacheTransform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	// Interned first, so that the Export's cluster, namespace and name,
+	// read from the labels, share their bytes too.
+	si.Labels = trim.Labels(si.Labels)
 	c := &Cached{ObjectMeta: metav1.ObjectMeta{
 		Name:            si.Name,
 		Namespace:       si.Namespace,

@@ -5,31 +5,51 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Memory is what a process of the run holds: its resident set now and at
-// its peak, in bytes (0 when unknown).
-type Memory struct {
+// Usage is what a process of the run holds and has used: its resident set
+// now and at its peak, in bytes, and the CPU time it has had (0 when
+// unknown).
+type Usage struct {
 	RSS, PeakRSS int64
+	CPU          time.Duration
 }
 
-func (p *process) memory() Memory {
+func (p *process) usage() Usage {
 	p.mu.Lock()
 	cmd := p.cmd
 	p.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
-		return Memory{}
+		return Usage{}
 	}
-	return memoryOf(cmd.Process.Pid)
+	return usageOf(cmd.Process.Pid)
 }
 
-// memoryOf reads VmRSS and VmHWM of pid from /proc.
-func memoryOf(pid int) Memory {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return Memory{}
+// clockTicks is USER_HZ, the unit of CPU times in /proc/<pid>/stat: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// usageOf reads VmRSS and VmHWM of pid from /proc/<pid>/status, and its
+// user and system time from /proc/<pid>/stat.
+func usageOf(pid int) Usage {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	var m Usage
+	if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
+		// The command name may hold spaces: fields count from its ")".
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+			fields := strings.Fields(string(stat[i+1:]))
+			if len(fields) > 13 {
+				utime, _ := strconv.ParseInt(fields[11], 10, 64)
+				stime, _ := strconv.ParseInt(fields[12], 10, 64)
+				m.CPU = time.Duration(utime+stime) * time.Second / clockTicks
+			}
+		}
 	}
-	var m Memory
+	data, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return m
+	}
 	for _, line := range strings.Split(string(data), "\n") {
 		key, value, ok := strings.Cut(line, ":")
 		if !ok {
@@ -49,14 +69,14 @@ func memoryOf(pid int) Memory {
 	return m
 }
 
-// Memory is the program's memory.
-func (pr *Program) Memory() Memory { return pr.p.memory() }
+// Usage is the program's usage.
+func (pr *Program) Usage() Usage { return pr.p.usage() }
 
-// APIServerMemory is the memory of the cluster's kube-apiserver.
-func (c *Cluster) APIServerMemory() Memory { return c.apiserver.memory() }
+// APIServerUsage is the usage of the cluster's kube-apiserver.
+func (c *Cluster) APIServerUsage() Usage { return c.apiserver.usage() }
 
-// EtcdMemory is the memory of the cluster's etcd.
-func (c *Cluster) EtcdMemory() Memory { return c.etcd.memory() }
+// EtcdUsage is the usage of the cluster's etcd.
+func (c *Cluster) EtcdUsage() Usage { return c.etcd.usage() }
 
 // EtcdDBSize is the size of the cluster's etcd database file in bytes: what
 // its objects take on disk before compaction and defragmentation.

@@ -119,6 +119,10 @@ func run(b *testing.B, sc scenario) result {
 	// data plane (every replica's). One process running both shares the
 	// cache of ServiceImports and MCS slices between them.
 	start := time.Now()
+	cpuBefore := map[string]time.Duration{
+		"member apiserver": m.APIServerUsage().CPU, "member etcd": m.EtcdUsage().CPU,
+		"broker apiserver": cs.Broker.APIServerUsage().CPU, "broker etcd": cs.Broker.EtcdUsage().CPU,
+	}
 	var extra []string
 	profiles := os.Getenv("MCSD_SCALE_PROFILES")
 	if profiles != "" {
@@ -155,10 +159,17 @@ func run(b *testing.B, sc scenario) result {
 		b.Fatal(err)
 	}
 	res.writesPerService = final.sum("mcsd_importer_local_writes_total", nil) / float64(sc.services)
-	res.daemon = d.Memory()
-	res.dataPlane = dp.Memory()
-	res.brokerAPIServer = cs.Broker.APIServerMemory()
-	res.memberAPIServer = m.APIServerMemory()
+	res.daemon = d.Usage()
+	res.dataPlane = dp.Usage()
+	res.brokerAPIServer = cs.Broker.APIServerUsage()
+	res.memberAPIServer = m.APIServerUsage()
+	res.cpu = map[string]time.Duration{
+		"importer": res.daemon.CPU, "data plane": res.dataPlane.CPU,
+		"member apiserver": res.memberAPIServer.CPU - cpuBefore["member apiserver"],
+		"member etcd":      m.EtcdUsage().CPU - cpuBefore["member etcd"],
+		"broker apiserver": res.brokerAPIServer.CPU - cpuBefore["broker apiserver"],
+		"broker etcd":      cs.Broker.EtcdUsage().CPU - cpuBefore["broker etcd"],
+	}
 	res.brokerDB = cs.Broker.EtcdDBSize()
 	b.Logf("%s: imported in %v; importer RSS %s (peak %s)", sc, res.converge.Round(time.Millisecond), mib(res.daemon.RSS), mib(res.daemon.PeakRSS))
 	if profiles != "" {
@@ -176,7 +187,7 @@ func run(b *testing.B, sc scenario) result {
 	if err := probe.waitServed(ctx); err != nil {
 		b.Fatalf("%v\n%s", err, dp.Tail(30))
 	}
-	res.dataPlane = dp.Memory()
+	res.dataPlane = dp.Usage()
 
 	res.flipWrites, res.flipConfigMapWrites, err = brokerFlip(ctx, cs, metrics, sc)
 	if err != nil {
@@ -202,6 +213,13 @@ func run(b *testing.B, sc scenario) result {
 		b.Fatal(err)
 	}
 	res.loadAfter = loadAverage()
+	if profiles != "" {
+		for name, daemon := range map[string]*fixture.Daemon{"importer": d, "dataplane": dp} {
+			if data, err := os.ReadFile(daemon.LogPath()); err == nil {
+				_ = os.WriteFile(filepath.Join(profiles, sc.String()+"-"+name+".log"), data, 0o644)
+			}
+		}
+	}
 	return res
 }
 

@@ -54,10 +54,13 @@ type result struct {
 	brokerWrite      time.Duration
 	converge         time.Duration
 	writesPerService float64
-	daemon           harness.Memory
-	dataPlane        harness.Memory
-	brokerAPIServer  harness.Memory
-	memberAPIServer  harness.Memory
+	daemon           harness.Usage
+	dataPlane        harness.Usage
+	brokerAPIServer  harness.Usage
+	memberAPIServer  harness.Usage
+	// cpu is the CPU time each process had from mcsd's start to the
+	// import's convergence.
+	cpu map[string]time.Duration
 	brokerDB         int64
 
 	flipWrites, flipConfigMapWrites float64
@@ -68,18 +71,40 @@ type result struct {
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
+// cpuParts are the processes whose CPU time the table shows.
+var cpuParts = []string{"importer", "data plane", "member apiserver", "member etcd", "broker apiserver", "broker etcd"}
+
 func printTable(w io.Writer, rows []result) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "mcsd with its default settings (TTL 10 s, 500 QPS per client, 4 importer workers) as two processes, --components=importer and --components=dns,proxier; one member cluster; simulated clusters writing to a real broker")
+	fmt.Fprintln(w, "mcsd with its default settings (TTL 10 s, 500 QPS per client, 4 importer workers) as two processes,")
+	fmt.Fprintln(w, "--components=importer and --components=dns,proxier; one member cluster; simulated clusters writing to a real broker")
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\timporter RSS (peak)\tdata plane RSS\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tslices cleaned up (per s)\tload before -> after\t")
+	fmt.Fprint(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\t")
+	for _, p := range cpuParts {
+		fmt.Fprintf(tw, "CPU s: %s\t", p)
+	}
+	fmt.Fprintln(tw, "load before -> after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t%s (%s)\t%s\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t%s -> %s\t\n",
-			r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService,
-			mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.dataPlane.RSS), mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
-			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.cleanup.Seconds(), r.cleanupRate, r.loadBefore, r.loadAfter)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t", r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService)
+		for _, p := range cpuParts {
+			fmt.Fprintf(tw, "%.0f\t", r.cpu[p].Seconds())
+		}
+		fmt.Fprintf(tw, "%s -> %s\t\n", r.loadBefore, r.loadAfter)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "clusters x services x endpoints\timporter RSS (peak)\tdata plane RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tits slices cleaned up (per s)\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t\n",
+			r.scenario, mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS),
+			mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
+			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.cleanup.Seconds(), r.cleanupRate)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "import converged: mcsd start -> every ServiceImport with every cluster in its status and every EndpointSlice written.")
+	fmt.Fprintln(w, "CPU s: CPU time of each process from mcsd's start to convergence (the machine's cores are shared by all of them).")
+	fmt.Fprintln(w, "broker flip: the importer's writes of ServiceImports and slices while the broker went down and came back (liveness ConfigMap writes apart).")
 	fmt.Fprintln(w, "dead cluster gone: time from its last Lease renewal until its endpoints left DNS and the node's nftables (TTL + 2 s = 12 s is the bound).")
 }
