@@ -8,9 +8,15 @@ import (
 
 // SetGoneClusters stops serving the endpoints of the given clusters (their
 // broker Lease expired, as the liveness ConfigMap says) and serves again
-// those of clusters no longer in the set. Only the services with a slice of
-// a cluster that changed are republished; their EndpointSlices stay as
+// those of clusters no longer in the set. Their EndpointSlices stay as
 // they are until the importer tidies them up.
+//
+// Only services whose answers hold endpoint addresses are republished now:
+// headless ones, and ClusterSetIP ones without ClusterSetIPs. The answers
+// of a service with ClusterSetIPs do not change, so at 10,000 services a
+// cluster's death costs the few that do; the others catch up on their next
+// change (the importer's cleanup of their slices, at the latest), and until
+// then only the ready-endpoint count lags.
 func (x *Index) SetGoneClusters(gone sets.Set[string]) {
 	lower := sets.New[string]()
 	for c := range gone {
@@ -25,6 +31,9 @@ func (x *Index) SetGoneClusters(gone sets.Set[string]) {
 	}
 	republished := 0
 	for key, bySlice := range x.slices {
+		if imp := x.imports[key]; imp != nil && !imp.headless && len(imp.vips) > 0 {
+			continue
+		}
 		for _, st := range bySlice {
 			if changed.Has(st.cluster) {
 				x.publish(key)

@@ -95,3 +95,27 @@ func TestWatcherReportsChanges(t *testing.T) {
 		t.Fatalf("after delete: %v", sets.List(g))
 	}
 }
+
+func TestASlowSubscriberDelaysNoOther(t *testing.T) {
+	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: ConfigMapName}, Data: map[string]string{"east": Gone}})
+	release := make(chan struct{})
+	fast := make(chan sets.Set[string], 10)
+	w, err := NewWatcher(kube, "ns",
+		func(sets.Set[string]) { <-release },
+		func(gone sets.Set[string]) { fast <- gone },
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer func() { close(release); cancel() }()
+	go w.Run(ctx)
+	select {
+	case g := <-fast:
+		if !g.Equal(sets.New("east")) {
+			t.Fatalf("fast subscriber got %v", sets.List(g))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fast subscriber waited for the slow one")
+	}
+}

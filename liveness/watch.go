@@ -15,23 +15,37 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Watcher follows the ConfigMap in one namespace and tells its subscriber
-// which clusters are gone each time that changes.
+// Watcher follows the ConfigMap in one namespace and tells each of its
+// subscribers which clusters are gone each time that changes.
 type Watcher struct {
-	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
-	onChange func(gone sets.Set[string])
+	factory     informers.SharedInformerFactory
+	informer    cache.SharedIndexInformer
+	subscribers []*subscriber
 
 	mu   sync.Mutex
 	last sets.Set[string]
 }
 
+// subscriber is told the latest set on a goroutine of its own, so that a
+// slow one (DNS republishing thousands of names) delays no other (the
+// proxier); a set it had no time for is skipped for the next.
+type subscriber struct {
+	onChange func(gone sets.Set[string])
+	wake     chan struct{}
+	mu       sync.Mutex
+	latest   sets.Set[string]
+}
+
 // NewWatcher watches only the ConfigMap named ConfigMapName in namespace,
-// so that RBAC may restrict the data plane to that one object. onChange is
-// called from one goroutine at a time, with a set it may keep, first when
-// the initial state is known (possibly empty: no ConfigMap yet).
-func NewWatcher(kube kubernetes.Interface, namespace string, onChange func(gone sets.Set[string])) (*Watcher, error) {
-	w := &Watcher{onChange: onChange}
+// so that RBAC may restrict the data plane to that one object. Each
+// subscriber is called from a goroutine of its own, one call at a time,
+// with a set it may keep: first when the initial state is known (possibly
+// empty: no ConfigMap yet), then with the latest set after each change.
+func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone sets.Set[string])) (*Watcher, error) {
+	w := &Watcher{}
+	for _, fn := range subscribers {
+		w.subscribers = append(w.subscribers, &subscriber{onChange: fn, wake: make(chan struct{}, 1)})
+	}
 	w.factory = informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -51,6 +65,9 @@ func NewWatcher(kube kubernetes.Interface, namespace string, onChange func(gone 
 // Run watches until ctx ends. It reports the empty set once the initial
 // list held no ConfigMap.
 func (w *Watcher) Run(ctx context.Context) {
+	for _, sub := range w.subscribers {
+		go sub.run(ctx)
+	}
 	w.factory.Start(ctx.Done())
 	if cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
 		w.mu.Lock()
@@ -86,5 +103,31 @@ func (w *Watcher) publishLocked(gone sets.Set[string]) {
 	}
 	klog.InfoS("Clusterset liveness changed", "goneClusters", Describe(gone))
 	w.last = gone
-	w.onChange(gone.Clone())
+	for _, sub := range w.subscribers {
+		sub.offer(gone.Clone())
+	}
+}
+
+func (s *subscriber) offer(gone sets.Set[string]) {
+	s.mu.Lock()
+	s.latest = gone
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscriber) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		gone := s.latest
+		s.mu.Unlock()
+		s.onChange(gone)
+	}
 }

@@ -188,14 +188,14 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 	}
 	// A gone cluster's endpoints leave DNS and the proxier as soon as the
 	// importer's liveness ConfigMap says so, before their slices go.
-	watcher, err := liveness.NewWatcher(local.kube, o.leaderElectNS, func(gone sets.Set[string]) {
-		if dp.dnsIndex != nil {
-			dp.dnsIndex.SetGoneClusters(gone)
-		}
-		if feed != nil {
-			feed.SetGoneClusters(gone)
-		}
-	})
+	var subscribers []func(sets.Set[string])
+	if dp.dnsIndex != nil {
+		subscribers = append(subscribers, dp.dnsIndex.SetGoneClusters)
+	}
+	if feed != nil {
+		subscribers = append(subscribers, feed.SetGoneClusters)
+	}
+	watcher, err := liveness.NewWatcher(local.kube, o.leaderElectNS, subscribers...)
 	if err != nil {
 		return err
 	}

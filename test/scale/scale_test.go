@@ -128,14 +128,14 @@ func run(b *testing.B, sc scenario) result {
 	if profiles != "" {
 		extra = append(extra, "--profiling")
 	}
-	d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: append([]string{"--components=importer"}, extra...)})
+	d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Name: "mcsd-importer", Defaults: true, Args: append([]string{"--components=importer"}, extra...)})
 	if d != nil {
 		defer func() { _ = d.Terminate(30 * time.Second) }()
 	}
 	if err != nil {
 		b.Fatal(err)
 	}
-	dp, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Defaults: true, Args: append([]string{"--components=dns,proxier"}, extra...)})
+	dp, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Name: "mcsd-dataplane", Defaults: true, Args: append([]string{"--components=dns,proxier"}, extra...)})
 	if dp != nil {
 		defer func() { _ = dp.Terminate(30 * time.Second) }()
 	}
