@@ -202,11 +202,23 @@ func run(b *testing.B, sc scenario) result {
 	if err != nil {
 		b.Fatal(err)
 	}
+	dpMetrics := &scraper{url: dp.Metrics}
+	syncsBefore, err := dpMetrics.scrape(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	dead := heartbeats[clusters[1]]
 	last := dead.stop()
 	res.dnsGone, res.nftGone, err = probe.waitGone(ctx, last)
 	if err != nil {
 		b.Fatalf("%v\n%s", err, d.Tail(30))
+	}
+	if syncsAfter, err := dpMetrics.scrape(ctx); err == nil {
+		const partial = "mcsd_proxier_sync_partial_proxy_rules_duration_seconds"
+		n := syncsAfter.sum(partial+"_count", nil) - syncsBefore.sum(partial+"_count", nil)
+		if n > 0 {
+			res.partialSync = time.Duration((syncsAfter.sum(partial+"_sum", nil) - syncsBefore.sum(partial+"_sum", nil)) / n * float64(time.Second))
+		}
 	}
 	res.cleanupRate, res.cleanup, err = cleanupRate(ctx, metrics, last, sc, beforeDeath)
 	if err != nil {

@@ -40,6 +40,11 @@ func (s *scraper) scrape(ctx context.Context) (sample, error) {
 	out := sample{}
 	for name, f := range families {
 		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				out[seriesKey(name+"_sum", m)] = h.GetSampleSum()
+				out[seriesKey(name+"_count", m)] = float64(h.GetSampleCount())
+				continue
+			}
 			out[seriesKey(name, m)] = value(m)
 		}
 	}

@@ -65,6 +65,7 @@ type result struct {
 
 	flipWrites, flipConfigMapWrites float64
 	dnsGone, nftGone                time.Duration
+	partialSync                     time.Duration // the proxier's mean partial sync meanwhile
 	cleanupRate                     float64
 	cleanup                         time.Duration
 }
@@ -95,12 +96,12 @@ func printTable(w io.Writer, rows []result) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clusters x services x endpoints\timporter RSS (peak)\tdata plane RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft\tits slices cleaned up (per s)\t")
+	fmt.Fprintln(tw, "clusters x services x endpoints\timporter RSS (peak)\tdata plane RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft (mean partial sync)\tits slices cleaned up (per s)\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s\t%.0f s (%.0f)\t\n",
+		fmt.Fprintf(tw, "%s\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s (%.2f s)\t%.0f s (%.0f)\t\n",
 			r.scenario, mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS),
 			mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
-			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.cleanup.Seconds(), r.cleanupRate)
+			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.partialSync.Seconds(), r.cleanup.Seconds(), r.cleanupRate)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "import converged: mcsd start -> every ServiceImport with every cluster in its status and every EndpointSlice written.")
