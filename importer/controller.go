@@ -284,7 +284,10 @@ func New(cfg Config) (*Controller, error) {
 	}
 	transformed := []cache.SharedIndexInformer{leaseInf, nsInf.Informer()}
 	if ownsLocal {
-		transformed = append(transformed, importInf.Informer(), ownSliceInf)
+		transformed = append(transformed, importInf.Informer())
+		if err := ownSliceInf.SetTransform(trimOwnSlice); err != nil {
+			return nil, err
+		}
 	}
 	for _, inf := range transformed {
 		if err := inf.SetTransform(trim.ManagedFields); err != nil {

@@ -163,8 +163,7 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 	}
 	return have.AddressType == want.AddressType &&
 		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
-		apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) &&
-		apiequality.Semantic.DeepEqual(have.Ports, want.Ports)
+		contentDigest(have) == contentDigest(want)
 }
 
 // writeSlices makes the service's local MCS EndpointSlices match the live
@@ -256,6 +255,7 @@ func sliceUpdate(cur, want *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlic
 	for k, v := range want.Annotations {
 		upd.Annotations[k] = v
 	}
+	delete(upd.Annotations, contentDigestAnnotation)
 	upd.OwnerReferences, upd.Endpoints, upd.Ports = want.OwnerReferences, want.Endpoints, want.Ports
 	return upd
 }

@@ -243,3 +243,31 @@ func TestSliceUpToDate(t *testing.T) {
 		}
 	}
 }
+
+func TestATrimmedOwnSliceComparesAsTheWholeOne(t *testing.T) {
+	whole := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart.east.ipv4-0", Labels: sliceLabels("cart", "east"),
+			Annotations: map[string]string{"mcsd.io/service-ports": `{"http/TCP":80}`}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
+	}
+	obj, err := trimOwnSlice(whole.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := obj.(*discoveryv1.EndpointSlice)
+	if trimmed.Endpoints != nil {
+		t.Fatal("the cache keeps the endpoints")
+	}
+	if !sliceUpToDate(trimmed, whole) {
+		t.Fatal("a trimmed slice does not compare equal to the whole slice it came from")
+	}
+	edited := whole.DeepCopy()
+	edited.Endpoints[0].Addresses[0] = "10.9.9.9"
+	if sliceUpToDate(trimmed, edited) {
+		t.Fatal("a trimmed slice compares equal to different endpoints")
+	}
+	if upd := sliceUpdate(trimmed, whole); upd.Annotations[contentDigestAnnotation] != "" || len(upd.Endpoints) != 1 {
+		t.Fatalf("an update built from the cache would write %v, %v", upd.Annotations, upd.Endpoints)
+	}
+}

@@ -8,6 +8,7 @@
 package conditiongauge
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,12 +20,13 @@ type Gauge struct {
 	vec *prometheus.GaugeVec
 
 	mu sync.Mutex
-	// current holds what each object counts for: namespace/name ->
-	// condition type -> status and reason.
-	current map[[2]string]map[string]state
+	// current holds what each object counts for: namespace/name -> its
+	// conditions' (type, status, reason), a handful at most, so a slice
+	// rather than a map per object.
+	current map[[2]string][]state
 }
 
-type state struct{ status, reason string }
+type state struct{ typ, status, reason string }
 
 // New returns a gauge named name with labels condition, status and reason;
 // register its Collector.
@@ -32,7 +34,7 @@ func New(name, help string) *Gauge {
 	return &Gauge{
 		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mcsd", Name: name, Help: help},
 			[]string{"condition", "status", "reason"}),
-		current: map[[2]string]map[string]state{},
+		current: map[[2]string][]state{},
 	}
 }
 
@@ -44,20 +46,19 @@ func (g *Gauge) Set(namespace, name string, c metav1.Condition) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := [2]string{namespace, name}
-	now := state{string(c.Status), c.Reason}
+	now := state{c.Type, string(c.Status), c.Reason}
 	conds := g.current[key]
-	if conds == nil {
-		conds = map[string]state{}
-		g.current[key] = conds
-	}
-	if was, ok := conds[c.Type]; ok {
-		if was == now {
+	i := slices.IndexFunc(conds, func(s state) bool { return s.typ == c.Type })
+	if i >= 0 {
+		if conds[i] == now {
 			return
 		}
-		g.vec.WithLabelValues(c.Type, was.status, was.reason).Dec()
+		g.vec.WithLabelValues(c.Type, conds[i].status, conds[i].reason).Dec()
+		conds[i] = now
+	} else {
+		g.current[key] = append(conds, now)
 	}
 	g.vec.WithLabelValues(c.Type, now.status, now.reason).Inc()
-	conds[c.Type] = now
 }
 
 // Forget stops counting an object that is gone.
@@ -65,8 +66,8 @@ func (g *Gauge) Forget(namespace, name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := [2]string{namespace, name}
-	for t, was := range g.current[key] {
-		g.vec.WithLabelValues(t, was.status, was.reason).Dec()
+	for _, was := range g.current[key] {
+		g.vec.WithLabelValues(was.typ, was.status, was.reason).Dec()
 	}
 	delete(g.current, key)
 }

@@ -4,11 +4,10 @@
 package trim
 
 import (
-	"unique"
-
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // ManagedFields is an informer transform (cache.TransformFunc) that drops
@@ -25,9 +24,8 @@ func ManagedFields(obj any) (any, error) {
 // RemoteEndpointSlice is an informer transform for EndpointSlices read only
 // for what they hold (a mirror's sources): it keeps the name, namespace,
 // labels and resourceVersion, the address type, endpoints and ports, and
-// drops the rest of the metadata. Label keys and values are interned: the
-// same few keys and cluster IDs repeat on every slice. Never write back an
-// object this transform made.
+// drops the rest of the metadata, with well-known label keys shared (see
+// Labels). Never write back an object this transform made.
 func RemoteEndpointSlice(obj any) (any, error) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -46,15 +44,33 @@ func RemoteEndpointSlice(obj any) (any, error) {
 	}, nil
 }
 
-// Labels returns labels with each key and value interned, so that equal
-// strings of different objects share their bytes.
+// Labels returns a copy of labels whose keys, when they are one of the
+// well-known keys mcsd selects on, are the package's constants: the same
+// few keys repeat on every one of tens of thousands of objects, and a
+// decoded object otherwise holds its own copy of each.
 func Labels(labels map[string]string) map[string]string {
 	if labels == nil {
 		return nil
 	}
 	out := make(map[string]string, len(labels))
 	for k, v := range labels {
-		out[unique.Make(k).Value()] = unique.Make(v).Value()
+		if known, ok := wellKnownKeys[k]; ok {
+			k = known
+		}
+		out[k] = v
 	}
 	return out
 }
+
+// wellKnownKeys maps each well-known label key to itself, held once.
+var wellKnownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		discoveryv1.LabelManagedBy, discoveryv1.LabelServiceName,
+		mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster,
+		"mcsd.io/service-namespace",
+	} {
+		m[k] = k
+	}
+	return m
+}()

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +24,9 @@ import (
 	"k8s.io/client-go/rest"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
@@ -208,7 +209,14 @@ func run(b *testing.B, sc scenario) result {
 		b.Fatal(err)
 	}
 	dead := heartbeats[clusters[1]]
-	last := dead.stop()
+	dead.stop()
+	// The last renewal is what the broker holds: a renewal whose answer
+	// the stop cut off may still have been written.
+	lease, err := brokerKube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName(clusters[1]), metav1.GetOptions{})
+	if err != nil || lease.Spec.RenewTime == nil {
+		b.Fatalf("reading the dead cluster's Lease: %v", err)
+	}
+	last := lease.Spec.RenewTime.Time
 	res.dnsGone, res.nftGone, err = probe.waitGone(ctx, last)
 	if err != nil {
 		b.Fatalf("%v\n%s", err, d.Tail(30))
@@ -295,12 +303,10 @@ func waitImported(ctx context.Context, m *fixture.Member, sc scenario) error {
 }
 
 // heartbeat renews a simulated cluster's Lease every 2 s, as a heartbeat
-// with the default 10 s lease does, and remembers its last success.
+// with the default 10 s lease does.
 type heartbeat struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	mu     sync.Mutex
-	last   time.Time
 }
 
 func startHeartbeat(ctx context.Context, fake fixture.FakeExporter) *heartbeat {
@@ -308,24 +314,15 @@ func startHeartbeat(ctx context.Context, fake fixture.FakeExporter) *heartbeat {
 	hb := &heartbeat{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(hb.done)
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			if fake.Renew(ctx) == nil {
-				hb.mu.Lock()
-				hb.last = time.Now()
-				hb.mu.Unlock()
-			}
-		}, 2*time.Second)
+		wait.UntilWithContext(ctx, func(ctx context.Context) { _ = fake.Renew(ctx) }, 2*time.Second)
 	}()
 	return hb
 }
 
-// stop ends the heartbeat and returns when it last renewed.
-func (hb *heartbeat) stop() time.Time {
+// stop ends the heartbeat.
+func (hb *heartbeat) stop() {
 	hb.cancel()
 	<-hb.done
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.last
 }
 
 // brokerFlip stops the broker's API server until the importer notices,
