@@ -60,8 +60,8 @@ type result struct {
 	memberAPIServer  harness.Usage
 	// cpu is the CPU time each process had from mcsd's start to the
 	// import's convergence.
-	cpu map[string]time.Duration
-	brokerDB         int64
+	cpu      map[string]time.Duration
+	brokerDB int64
 
 	flipWrites, flipConfigMapWrites float64
 	dnsGone, nftGone                time.Duration
