@@ -39,8 +39,8 @@ func newDropProbe(node *harness.Node, sc scenario, _ []string) *dropProbe {
 }
 
 // counts returns the headless service's A records and the smallest
-// endpoint count of the sample ports.
-func (p *dropProbe) counts(ctx context.Context) (records, endpoints int, err error) {
+// endpoint count of the sample ports, and when DNS answered.
+func (p *dropProbe) counts(ctx context.Context) (records, endpoints int, answered time.Time, err error) {
 	err = nsenter.Do(netns.Path(p.node.NS.Name), func() error {
 		c := &dns.Client{Net: "tcp", Timeout: 5 * time.Second}
 		m := new(dns.Msg)
@@ -49,27 +49,27 @@ func (p *dropProbe) counts(ctx context.Context) (records, endpoints int, err err
 		if err != nil {
 			return err
 		}
-		records = len(resp.Answer)
+		records, answered = len(resp.Answer), time.Now()
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("asking the node's DNS: %w", err)
+		return 0, 0, answered, fmt.Errorf("asking the node's DNS: %w", err)
 	}
 	endpoints = -1
 	for _, vip := range p.vips {
 		out, err := p.node.NS.Exec("nft", "get", "element", "ip", "mcsd", "service-ips", "{", vip, ".", "tcp", ".", "80", "}")
 		if err != nil {
-			return 0, 0, fmt.Errorf("reading %s from nftables: %v: %s", vip, err, out)
+			return 0, 0, answered, fmt.Errorf("reading %s from nftables: %v: %s", vip, err, out)
 		}
 		n, err := lbCount(out)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, answered, err
 		}
 		if endpoints < 0 || n < endpoints {
 			endpoints = n
 		}
 	}
-	return records, endpoints, nil
+	return records, endpoints, answered, nil
 }
 
 var lbChain = regexp.MustCompile(`goto lb-tcp-(\d+)`)
@@ -88,7 +88,7 @@ func (p *dropProbe) waitServed(ctx context.Context) error {
 	var records, endpoints int
 	var err error
 	if werr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		records, endpoints, err = p.counts(ctx)
+		records, endpoints, _, err = p.counts(ctx)
 		return err == nil && records == all && endpoints == all, nil
 	}); werr != nil {
 		return fmt.Errorf("the data plane never served every cluster: %d A records, %d endpoints, want %d (%v)", records, endpoints, all, err)
@@ -102,16 +102,17 @@ func (p *dropProbe) waitGone(ctx context.Context, lastRenewal time.Time) (dnsGon
 	live := (p.sc.clusters - 1) * p.sc.endpoints
 	var records, endpoints int
 	werr := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		records, endpoints, err = p.counts(ctx)
+		var answered time.Time
+		records, endpoints, answered, err = p.counts(ctx)
 		if err != nil {
 			return false, nil
 		}
-		now := time.Since(lastRenewal)
+		// Each taken when that part answered: nftables is read last.
 		if dnsGone == 0 && records == live {
-			dnsGone = now
+			dnsGone = answered.Sub(lastRenewal)
 		}
 		if nftGone == 0 && endpoints == live {
-			nftGone = now
+			nftGone = time.Since(lastRenewal)
 		}
 		return dnsGone > 0 && nftGone > 0, nil
 	})

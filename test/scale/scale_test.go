@@ -230,6 +230,9 @@ func run(b *testing.B, sc scenario) result {
 		b.Fatalf("broker flip: %v\n%s", err, d.Tail(30))
 	}
 
+	// Memory once the bursts are over: the Go runtime hands freed memory
+	// back to the system over minutes, not at once.
+	res.daemonSteady = d.Usage()
 	res.loadAfter = loadAverage()
 	if profiles != "" {
 		for name, daemon := range map[string]*fixture.Daemon{"importer": d, "dataplane": dp} {

@@ -55,6 +55,7 @@ type result struct {
 	converge         time.Duration
 	writesPerService float64
 	daemon           harness.Usage
+	daemonSteady     harness.Usage // the importer at the end of the run
 	dataPlane        harness.Usage
 	brokerAPIServer  harness.Usage
 	memberAPIServer  harness.Usage
@@ -96,10 +97,10 @@ func printTable(w io.Writer, rows []result) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "clusters x services x endpoints\timporter RSS (peak)\tdata plane RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft (mean partial sync)\tits slices cleaned up (per s)\t")
+	fmt.Fprintln(tw, "clusters x services x endpoints\timporter RSS: converged, end (peak)\tdata plane RSS (peak)\tbroker apiserver RSS\tbroker etcd db\tmember apiserver RSS\tbroker flip: writes (ConfigMap)\tdead cluster gone: DNS\tnft (mean partial sync)\tits slices cleaned up (per s)\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s (%.2f s)\t%.0f s (%.0f)\t\n",
-			r.scenario, mib(r.daemon.RSS), mib(r.daemon.PeakRSS), mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS),
+		fmt.Fprintf(tw, "%s\t%s, %s (%s)\t%s (%s)\t%s\t%s\t%s\t%.0f (%.0f)\t%.2f s\t%.2f s (%.2f s)\t%.0f s (%.0f)\t\n",
+			r.scenario, mib(r.daemon.RSS), mib(r.daemonSteady.RSS), mib(r.daemonSteady.PeakRSS), mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS),
 			mib(r.brokerAPIServer.RSS), mib(r.brokerDB), mib(r.memberAPIServer.RSS),
 			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.partialSync.Seconds(), r.cleanup.Seconds(), r.cleanupRate)
 	}
