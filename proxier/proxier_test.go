@@ -753,14 +753,16 @@ func TestFullSync(t *testing.T) {
 	})
 }
 
-// failingNFT fails every transaction while fail is set.
+// failingNFT fails every transaction while fail is set (only the next one
+// with once).
 type failingNFT struct {
 	knftables.Interface
-	fail bool
+	fail, once bool
 }
 
 func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if f.fail {
+		f.fail = !f.once
 		return errors.New("nft: simulated failure")
 	}
 	return f.Interface.Run(ctx, tx)

@@ -239,6 +239,9 @@ type renderedService struct {
 	slots map[portKey][]endpoint
 	// endpoints counts the endpoints over all ports, for logs.
 	endpoints int
+	// iptables holds the service's rules in iptables mode, where chains
+	// and elements are unused.
+	iptables *iptablesService
 }
 
 // portKey names a service port among those of one ClusterSetIP.

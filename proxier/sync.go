@@ -154,6 +154,17 @@ func (p *Proxier) syncProxyRules() error {
 	}
 
 	now := p.clock.Now()
+	p.observeSync(start, now, full, changes)
+	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(p.elements.count(noEndpointServicesMap, dropVerdict)))
+	p.synced()
+	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
+		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
+	return nil
+}
+
+// observeSync records a successful sync's duration, full or partial, and
+// how long each change it applied waited.
+func (p *Proxier) observeSync(start, now time.Time, full bool, changes checkout) {
 	elapsed := now.Sub(start).Seconds()
 	p.metrics.syncDuration.WithLabelValues(string(p.family)).Observe(elapsed)
 	if full {
@@ -161,7 +172,6 @@ func (p *Proxier) syncProxyRules() error {
 	} else {
 		p.metrics.syncPartialDuration.WithLabelValues(string(p.family)).Observe(elapsed)
 	}
-	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(p.elements.count(noEndpointServicesMap, dropVerdict)))
 	for name, times := range changes.triggers {
 		for _, t := range times {
 			latency := now.Sub(t)
@@ -169,10 +179,6 @@ func (p *Proxier) syncProxyRules() error {
 			p.logger.V(4).Info("Network programming", "serviceImport", name, "elapsed", latency)
 		}
 	}
-	p.synced()
-	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
-		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
-	return nil
 }
 
 // synced records that the queued changes are applied.
@@ -257,15 +263,21 @@ func (p *Proxier) vipOwner(vip string) (types.NamespacedName, bool) {
 // ClusterSetIP.
 func (p *Proxier) render(name types.NamespacedName) *renderedService {
 	svc := p.services[name]
-	if svc == nil {
-		return nil
-	}
-	if owner, _ := p.vipOwner(svc.vip); owner != name {
-		p.logger.Error(nil, "ServiceImport has the ClusterSetIP of an older import; not programming it until that is resolved",
-			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
+	if svc == nil || !p.ownsVIP(name, svc) {
 		return nil
 	}
 	return render(svc, p.slices[name], p.policy, p.words, p.committed[name])
+}
+
+// ownsVIP says whether name is the import its ClusterSetIP is programmed
+// for, and logs the conflict when it is not.
+func (p *Proxier) ownsVIP(name types.NamespacedName, svc *serviceInfo) bool {
+	if owner, _ := p.vipOwner(svc.vip); owner != name {
+		p.logger.Error(nil, "ServiceImport has the ClusterSetIP of an older import; not programming it until that is resolved",
+			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
+		return false
+	}
+	return true
 }
 
 // writeServices adds to tx the changes that take the given services from
