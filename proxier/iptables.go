@@ -36,6 +36,8 @@ type IPTables interface {
 // execIPTables runs the iptables commands of one family.
 type execIPTables struct {
 	iptables, restore, save string
+	// in runs each command, for example inside a network namespace.
+	in func(func() error) error
 }
 
 // NewIPTables returns the [IPTables] of family on this host: the iptables,
@@ -45,11 +47,18 @@ type execIPTables struct {
 // both support. The commands inherit the network namespace of the thread
 // that runs them.
 func NewIPTables(family v1.IPFamily) (IPTables, error) {
+	return NewIPTablesIn(family, func(fn func() error) error { return fn() })
+}
+
+// NewIPTablesIn is [NewIPTables] with every command started by fn called
+// through in: mcsd passes nsenter.Do bound to --netns, so that the commands
+// start on a thread inside the node's network namespace and program it.
+func NewIPTablesIn(family v1.IPFamily, in func(fn func() error) error) (IPTables, error) {
 	base := "iptables"
 	if family == v1.IPv6Protocol {
 		base = "ip6tables"
 	}
-	e := &execIPTables{iptables: base, restore: base + "-restore", save: base + "-save"}
+	e := &execIPTables{iptables: base, restore: base + "-restore", save: base + "-save", in: in}
 	for _, cmd := range []string{e.iptables, e.restore, e.save} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			return nil, fmt.Errorf("%s is not on PATH (install the iptables package): %w", cmd, err)
@@ -62,49 +71,65 @@ func NewIPTables(family v1.IPFamily) (IPTables, error) {
 // program holds (the legacy variant's lock; the nft variant ignores it).
 const waitSeconds = "5"
 
-func (e *execIPTables) Restore(ctx context.Context, table string, data []byte) error {
-	cmd := exec.CommandContext(ctx, e.restore, "-w", waitSeconds, "--noflush")
-	cmd.Stdin = bytes.NewReader(data)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s of table %s: %w: %s", e.restore, table, err, strings.TrimSpace(string(out)))
+// run runs a command with stdin and returns its combined output; the error
+// names the command and carries what it printed.
+func (e *execIPTables) run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	var out []byte
+	err := e.in(func() error {
+		cmd := exec.CommandContext(ctx, name, args...)
+		if stdin != nil {
+			cmd.Stdin = bytes.NewReader(stdin)
+		}
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return out, nil
+}
+
+func (e *execIPTables) Restore(ctx context.Context, table string, data []byte) error {
+	_, err := e.run(ctx, data, e.restore, "-w", waitSeconds, "--noflush")
+	return err
+}
+
+// check runs "iptables -C" and says whether the rule is there; exit status
+// 1 is "no such rule", anything else an error.
+func (e *execIPTables) check(ctx context.Context, table, chain string, args []string) (bool, error) {
+	_, err := e.run(ctx, nil, e.iptables, append([]string{"-w", waitSeconds, "-t", table, "-C", chain}, args...)...)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return false, nil
+	}
+	return false, err
 }
 
 func (e *execIPTables) EnsureRule(ctx context.Context, table, chain string, args ...string) (bool, error) {
-	check := append([]string{"-w", waitSeconds, "-t", table, "-C", chain}, args...)
-	out, err := exec.CommandContext(ctx, e.iptables, check...).CombinedOutput()
-	if err == nil {
-		return true, nil
+	if ok, err := e.check(ctx, table, chain, args); ok || err != nil {
+		return ok, err
 	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		return false, fmt.Errorf("%s -t %s -C %s: %w: %s", e.iptables, table, chain, err, strings.TrimSpace(string(out)))
-	}
-	insert := append([]string{"-w", waitSeconds, "-t", table, "-I", chain}, args...)
-	if out, err := exec.CommandContext(ctx, e.iptables, insert...).CombinedOutput(); err != nil {
-		return false, fmt.Errorf("%s -t %s -I %s: %w: %s", e.iptables, table, chain, err, strings.TrimSpace(string(out)))
-	}
-	return false, nil
+	_, err := e.run(ctx, nil, e.iptables, append([]string{"-w", waitSeconds, "-t", table, "-I", chain}, args...)...)
+	return false, err
 }
 
 func (e *execIPTables) DeleteRule(ctx context.Context, table, chain string, args ...string) error {
-	check := append([]string{"-w", waitSeconds, "-t", table, "-C", chain}, args...)
-	if exec.CommandContext(ctx, e.iptables, check...).Run() != nil {
-		// Not there (or the table is gone): nothing to delete.
+	if ok, err := e.check(ctx, table, chain, args); !ok || err != nil {
+		// Not there, or the jump's target chain is gone with it.
 		return nil
 	}
-	del := append([]string{"-w", waitSeconds, "-t", table, "-D", chain}, args...)
-	if out, err := exec.CommandContext(ctx, e.iptables, del...).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s -t %s -D %s: %w: %s", e.iptables, table, chain, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := e.run(ctx, nil, e.iptables, append([]string{"-w", waitSeconds, "-t", table, "-D", chain}, args...)...)
+	return err
 }
 
 func (e *execIPTables) ListChains(ctx context.Context, table string) ([]string, error) {
-	out, err := exec.CommandContext(ctx, e.save, "-t", table).Output()
+	out, err := e.run(ctx, nil, e.save, "-t", table)
 	if err != nil {
-		return nil, fmt.Errorf("%s -t %s: %w", e.save, table, err)
+		return nil, err
 	}
 	return chainsOfSave(out), nil
 }

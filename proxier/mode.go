@@ -74,3 +74,26 @@ func CheckIPTablesRequirements() error {
 	}
 	return nil
 }
+
+// CleanupOtherMode deletes what the mode other than mode left on this node:
+// nftables mode's tables when mode is iptables, iptables mode's chains when
+// it is nftables. mcsd calls it when the proxier starts, so that a node
+// switched from one mode to the other keeps no rules of the first, which
+// would go on DNATing (or rejecting) ClusterSetIPs by an outdated view. A
+// host without the other mode's commands has nothing of it to clean. Every
+// command runs through in (nil: in the calling thread's network namespace).
+func CleanupOtherMode(ctx context.Context, mode Mode, in func(func() error) error) error {
+	if in == nil {
+		in = func(fn func() error) error { return fn() }
+	}
+	if mode == ModeIPTables {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return nil
+		}
+		return in(func() error { return CleanupLeftovers(ctx) })
+	}
+	if CheckIPTablesRequirements() != nil {
+		return nil
+	}
+	return in(func() error { return CleanupIPTablesLeftovers(ctx) })
+}
