@@ -120,7 +120,38 @@ func (f *fixture) fullSync() {
 	f.sync()
 }
 
-func (f *fixture) tracer() *tracer { return newTracer(f.t, f.nft.Fake) }
+// tracer is the nftables tracer; see trace for one of the fixture's mode.
+func (f *fixture) tracer() *tracer {
+	if f.p.mode != ModeNFTables {
+		f.t.Fatal("the nftables tracer of a fixture in iptables mode")
+	}
+	return newTracer(f.t, f.nft.Fake)
+}
+
+// trace sends pkt through the rules of the fixture's mode and returns every
+// outcome.
+func (f *fixture) trace(pkt packet) []outcome {
+	f.t.Helper()
+	if f.p.mode == ModeIPTables {
+		return newIPTTracer(f.t, f.ipt).trace(pkt)
+	}
+	return f.tracer().trace(pkt)
+}
+
+// fixtureFunc builds a fixture, as newFixture does.
+type fixtureFunc func(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixture
+
+// inEachMode runs test once per mode, with newFixture building fixtures of
+// that mode: the behaviour the modes share is tested once.
+func inEachMode(t *testing.T, test func(t *testing.T, mode Mode, newFixture fixtureFunc)) {
+	for _, mode := range []Mode{ModeNFTables, ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) {
+			test(t, mode, func(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixture {
+				return newFixture(t, family, append([]func(*Config){withMode(mode)}, edit...)...)
+			})
+		})
+	}
+}
 
 // assertGolden compares the table with testdata/<name>.nft.
 func (f *fixture) assertGolden(name string) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -48,21 +47,7 @@ func (p *Proxier) syncIPTablesRules() error {
 		return nil
 	}
 
-	write := changed
-	if full {
-		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
-		for name := range p.services {
-			write[name] = true
-		}
-		for name := range p.committed {
-			write[name] = true
-		}
-	}
-	names := slices.SortedFunc(maps.Keys(write), compareNames)
-	renders := make(map[types.NamespacedName]*renderedService, len(names))
-	for _, name := range names {
-		renders[name] = p.renderIPTables(name)
-	}
+	names, renders := p.renderServices(changed, full, p.renderIPTables)
 
 	var leftovers map[string][]string
 	if rewrite {
@@ -103,33 +88,7 @@ func (p *Proxier) syncIPTablesRules() error {
 		}
 	}
 
-	conntrackChanged, goneDatagramPorts := p.conntrackChanges(names, renders)
-	for _, name := range names {
-		p.uncarry(p.committed[name])
-		if r := renders[name]; r != nil {
-			p.committed[name] = r
-		} else {
-			delete(p.committed, name)
-		}
-		p.carry(renders[name])
-	}
-	if full {
-		p.needRewrite = false
-		p.lastFullSync = start
-		p.lastTableCheck = start
-	}
-	if !full && p.logger.V(2).Enabled() {
-		for _, name := range names {
-			if r := renders[name]; r == nil {
-				p.logger.V(2).Info("Removed ServiceImport rules", "serviceImport", name)
-			} else {
-				p.logger.V(2).Info("Updated ServiceImport rules", "serviceImport", name, "clustersetIP", r.vip, "endpoints", r.endpoints)
-			}
-		}
-	}
-	if conntrackChanged || full {
-		p.cleanConntrack(goneDatagramPorts)
-	}
+	p.commit(names, renders, full, start)
 
 	now := p.clock.Now()
 	p.observeSync(start, now, full, changes)
@@ -331,8 +290,4 @@ func (p *Proxier) iptablesJumpPresent(ctx context.Context) bool {
 		}
 	}
 	return true
-}
-
-func compareNames(a, b types.NamespacedName) int {
-	return strings.Compare(a.String(), b.String())
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -45,139 +44,23 @@ func declared(input string) []string {
 	return chains
 }
 
-func TestIPTablesGoldenRestoreInput(t *testing.T) {
-	t.Run("two clusters, TCP and UDP, no affinity", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		f.assertRestoreGolden("iptables-basic")
-	})
-	t.Run("ClientIP session affinity", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport(withAffinity(60)))...)
-		f.assertRestoreGolden("iptables-affinity")
-	})
-	t.Run("no endpoints, and internalTrafficPolicy Local without local endpoints", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(
-			newImport("empty", []string{"243.1.0.20"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
-			newImport("local", []string{"243.1.0.21"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
-				withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)),
-			newSlice("local", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
-		)
-		f.assertRestoreGolden("iptables-no-endpoints")
-	})
-	t.Run("masquerade all", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeMark = 0x4000 })
-		f.start(append(webSlices(), webImport())...)
-		f.assertRestoreGolden("iptables-masquerade-all")
-	})
-	t.Run("IPv6", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv6Protocol)
-		f.start(webImport(withAffinity(30)),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:1::1")),
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")),
-		)
-		f.assertRestoreGolden("iptables-ipv6")
-	})
-}
-
 func TestIPTablesBalancing(t *testing.T) {
-	t.Run("a ClusterSetIP port reaches the ready endpoints of every cluster, each with the same share", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		for _, c := range []struct {
-			proto string
-			port  int
-			want  []string
-		}{
-			{"tcp", 80, []string{"10.1.0.1:8080", "10.1.0.2:8080", "10.2.0.1:8080", "10.2.0.2:8080"}},
-			{"udp", 53, []string{"10.1.0.1:5353", "10.1.0.2:5353", "10.2.0.1:5353", "10.2.0.2:5353"}},
-		} {
-			outs := f.iptTracer().trace(pkt(podClient, vip, c.proto, c.port))
-			if diff := cmp.Diff(c.want, endpoints(t, outs)); diff != "" {
-				t.Errorf("%s endpoints (-want +got):\n%s", c.proto, diff)
-			}
-			for e, share := range shares(outs) {
-				if math.Abs(share-0.25) > 1e-6 {
-					t.Errorf("%s: %s gets %.4f of new connections, want 0.25", c.proto, e, share)
-				}
+	f := newIPTFixture(t, v1.IPv4Protocol)
+	f.start(append(webSlices(), webImport())...)
+	for _, c := range []struct {
+		proto string
+		port  int
+	}{{"tcp", 80}, {"udp", 53}} {
+		outs := f.iptTracer().trace(pkt(podClient, vip, c.proto, c.port))
+		if got := endpoints(t, outs); len(got) != 4 {
+			t.Errorf("%s endpoints %v, want four", c.proto, got)
+		}
+		for e, share := range shares(outs) {
+			if math.Abs(share-0.25) > 1e-6 {
+				t.Errorf("%s: %s gets %.4f of new connections, want 0.25", c.proto, e, share)
 			}
 		}
-	})
-	t.Run("a cluster that exports the port name on another number gets none of its traffic", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")),
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 8080, 8080)}, ready("10.2.0.1")),
-		)
-		got := endpoints(t, f.iptTracer().trace(pkt(podClient, vip, "tcp", 80)))
-		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, got); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("traffic to a port the ClusterSetIP does not have is rejected", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		for _, p := range []packet{pkt(podClient, vip, "tcp", 81), pkt(podClient, vip, "udp", 80), pkt(podClient, vip, "icmp", 0)} {
-			if got := verdicts(f.iptTracer().trace(p)); !slices.Equal(got, []string{"reject"}) {
-				t.Errorf("%s/%d: verdicts %v, want reject", p.proto, p.dport, got)
-			}
-		}
-	})
-	t.Run("traffic to other addresses is left alone", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		outs := f.iptTracer().trace(pkt(podClient, "10.2.0.1", "tcp", 8080))
-		if got := verdicts(outs); !slices.Equal(got, []string{"accept"}) || outs[0].masquerade {
-			t.Errorf("outcomes %v, want accepted untouched", outs)
-		}
-	})
-}
-
-func TestIPTablesEndpointChoice(t *testing.T) {
-	t.Run("no endpoints anywhere: rejected", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(webImport())
-		if got := verdicts(f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
-			t.Errorf("verdicts %v, want reject", got)
-		}
-	})
-	t.Run("internalTrafficPolicy Local: the local endpoints, dropped without them", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
-		local := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)},
-			onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b"))
-		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local,
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")))
-		if got := endpoints(t, f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
-			t.Errorf("endpoints %v, want this node's only", got)
-		}
-		f.p.OnEndpointSliceDelete(local)
-		f.sync()
-		if got := verdicts(f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"drop"}) {
-			t.Errorf("verdicts %v, want drop", got)
-		}
-	})
-	t.Run("PreferLocalCluster: the local cluster, failing over to the others", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol, func(c *Config) { c.PreferLocalCluster = true })
-		local := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1"))
-		f.start(webImport(), local, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")))
-		if got := endpoints(t, f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
-			t.Errorf("endpoints %v, want the local cluster's", got)
-		}
-		f.p.OnEndpointSliceUpdate(local, newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1")))
-		f.sync()
-		if got := endpoints(t, f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"10.2.0.1:8080"}) {
-			t.Errorf("after failover: endpoints %v, want the other cluster's", got)
-		}
-	})
-	t.Run("serving terminating endpoints only while none is ready", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(webImport(), newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)},
-			terminating("10.1.0.1", true), notReady("10.1.0.2")))
-		if got := endpoints(t, f.iptTracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
-			t.Errorf("endpoints %v, want the serving terminating one", got)
-		}
-	})
+	}
 }
 
 func TestIPTablesSessionAffinity(t *testing.T) {
@@ -202,38 +85,6 @@ func TestIPTablesSessionAffinity(t *testing.T) {
 			t.Errorf("affinity check without the import's timeout: %s", rule)
 		}
 	}
-}
-
-func TestIPTablesMasquerade(t *testing.T) {
-	t.Run("pod sources keep their address, others are masqueraded", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		for _, c := range []struct {
-			p    packet
-			want bool
-		}{
-			{pkt(podClient, vip, "tcp", 80), false},
-			{pkt(hostClient, vip, "tcp", 80), true},
-			{packet{src: hostClient, dst: netip.MustParseAddr(vip), proto: "tcp", dport: 80, fromHost: true}, true},
-			{pkt(netip.MustParseAddr("10.1.0.1"), vip, "tcp", 80), false}, // unless it hairpins, below
-		} {
-			for _, o := range f.iptTracer().trace(c.p) {
-				hairpin := o.endpoint == c.p.src.String()+":8080"
-				if o.masquerade != (c.want || hairpin) {
-					t.Errorf("%v -> %s: masquerade %v", c.p.src, o.endpoint, o.masquerade)
-				}
-			}
-		}
-	})
-	t.Run("masquerade all", func(t *testing.T) {
-		f := newIPTFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true })
-		f.start(append(webSlices(), webImport())...)
-		for _, o := range f.iptTracer().trace(pkt(podClient, vip, "tcp", 80)) {
-			if !o.masquerade {
-				t.Errorf("%s not masqueraded", o.endpoint)
-			}
-		}
-	})
 }
 
 func TestIPTablesPartialSync(t *testing.T) {
@@ -359,23 +210,6 @@ func TestIPTablesFullSync(t *testing.T) {
 			t.Errorf("chains %v remain, want the static ones", chains)
 		}
 	})
-}
-
-func TestIPTablesConntrack(t *testing.T) {
-	f := newIPTFixture(t, v1.IPv4Protocol)
-	f.start(append(webSlices(), webImport())...)
-	f.ct.take()
-	f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
-	f.sync()
-	calls := f.ct.take()
-	if len(calls) != 1 {
-		t.Fatalf("%d conntrack cleanups, want 1", len(calls))
-	}
-	for port, addrs := range calls[0] {
-		if port.Protocol != v1.ProtocolUDP || len(addrs) != 3 {
-			t.Errorf("cleanup of %v keeps %v, want UDP with three endpoints", port, addrs)
-		}
-	}
 }
 
 func TestCleanupIPTablesLeftovers(t *testing.T) {
