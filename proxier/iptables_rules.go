@@ -161,44 +161,58 @@ func renderIPTables(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, o 
 		case len(o.podCIDRs) > 0:
 			rules = append(rules, "-j "+iptMasqOutsideChain)
 		}
-		seps := make([]string, len(eps))
+		// Each endpoint is reached through a target: its own chain
+		// (MCSD-SEP-<hash>) when the DNAT needs a companion rule, else the
+		// DNAT itself, in the rule that picks the endpoint. Only an
+		// endpoint that can hairpin here needs a chain: the masquerade
+		// mark and the DNAT must follow the same random draw. kube-proxy
+		// gives every endpoint a chain; iptables-nft's restore time grows
+		// with the square of the number of chains (22,000 chains take 3.5 s
+		// to load, 44,000 take 12.7 s, on the bench machine), so at 10,000
+		// imports of 10 endpoints a chain per endpoint would take minutes.
+		seconds := strconv.FormatInt(int64(svc.affinityTimeout.Seconds()), 10)
+		picks := make([]string, len(eps))   // what a statistic rule does
+		returns := make([]string, len(eps)) // what an affinity rule does
 		for i, e := range eps {
-			seps[i] = iptEndpointChain(id, e.String())
+			// The recent list of an endpoint is named as its chain
+			// would be, whether or not it has one.
+			list := iptEndpointChain(id, e.String())
+			dnat := "-p " + proto + " -m " + proto + " -j DNAT --to-destination " + e.String()
+			remember := ""
+			if svc.affinityTimeout > 0 {
+				remember = "-m recent --name " + list + " --set "
+			}
+			if !pol.isLocal(e) {
+				picks[i] = remember + dnat
+				// --update, as --rcheck, matches a client seen within the
+				// timeout, and renews it, as the chain's --set would.
+				returns[i] = "-m recent --name " + list + " --update --seconds " + seconds + " --reap " + dnat
+				continue
+			}
+			// Hairpin: an endpoint that reaches itself through the
+			// ClusterSetIP must be masqueraded, or it answers itself.
+			ipt.chains[list] = []string{
+				"-s " + e.ip.String() + o.hostMask() + " -j " + iptMarkMasqChain,
+				strings.TrimSpace(remember + dnat),
+			}
+			picks[i] = "-j " + list
+			returns[i] = "-m recent --name " + list + " --rcheck --seconds " + seconds + " --reap -j " + list
 		}
-		affinity := ""
 		if svc.affinityTimeout > 0 {
 			// ClientIP affinity, as kube-proxy does it: the recent module
-			// remembers, per endpoint chain, the clients it DNATed; a
-			// client seen within the timeout goes back there.
-			seconds := strconv.FormatInt(int64(svc.affinityTimeout.Seconds()), 10)
-			for _, sep := range seps {
-				rules = append(rules, "-m recent --name "+sep+" --rcheck --seconds "+seconds+" --reap -j "+sep)
-			}
+			// remembers, per endpoint, the clients sent there; a client
+			// seen within the timeout goes back.
+			rules = append(rules, returns...)
 		}
 		// Endpoint i of n is taken with probability 1/(n-i) among those
 		// that reach its rule: every endpoint gets 1/n.
-		for i, sep := range seps {
-			if i < len(seps)-1 {
-				rules = append(rules, fmt.Sprintf("-m statistic --mode random --probability %0.10f -j %s", 1/float64(len(seps)-i), sep))
-			} else {
-				rules = append(rules, "-j "+sep)
+		for i, pick := range picks {
+			if i < len(picks)-1 {
+				pick = fmt.Sprintf("-m statistic --mode random --probability %0.10f %s", 1/float64(len(picks)-i), pick)
 			}
+			rules = append(rules, pick)
 		}
 		ipt.chains[svcChain] = rules
-
-		for i, e := range eps {
-			var sepRules []string
-			if pol.isLocal(e) {
-				// Hairpin: an endpoint that reaches itself through the
-				// ClusterSetIP must be masqueraded, or it answers itself.
-				sepRules = append(sepRules, "-s "+e.ip.String()+o.hostMask()+" -j "+iptMarkMasqChain)
-			}
-			if svc.affinityTimeout > 0 {
-				affinity = " -m recent --name " + seps[i] + " --set"
-			}
-			sepRules = append(sepRules, "-p "+proto+affinity+" -m "+proto+" -j DNAT --to-destination "+e.String())
-			ipt.chains[seps[i]] = sepRules
-		}
 	}
 	ipt.filterVIP = "-d " + vip + ` -m comment --comment "` + name + ` port not served" -j ` + iptRejectChain
 	return r

@@ -81,7 +81,7 @@ func TestIPTablesSessionAffinity(t *testing.T) {
 		t.Errorf("another client is not balanced: %v", other)
 	}
 	for _, rule := range f.ipt.rules(iptablesNAT, iptServiceChain("ns/web/tcp/80")) {
-		if strings.Contains(rule, "--rcheck") && !strings.Contains(rule, "--seconds 60 --reap") {
+		if (strings.Contains(rule, "--rcheck") || strings.Contains(rule, "--update")) && !strings.Contains(rule, "--seconds 60 --reap") {
 			t.Errorf("affinity check without the import's timeout: %s", rule)
 		}
 	}
@@ -94,13 +94,18 @@ func TestIPTablesPartialSync(t *testing.T) {
 	f.start(append(webSlices(), webImport(), other, otherSlice)...)
 	f.ipt.take()
 	webChain, otherChain := iptServiceChain("ns/web/tcp/80"), iptServiceChain("ns/other/tcp/80")
-	goneSEP := iptEndpointChain("ns/web/tcp/80", "10.2.0.2:8080")
+	// An endpoint of this cluster has a chain (it may hairpin); one of
+	// another cluster is DNATed to from its service port's chain.
+	goneSEP := iptEndpointChain("ns/web/tcp/80", "10.1.0.2:8080")
 	if !slices.Contains(f.ipt.chains(iptablesNAT), goneSEP) {
-		t.Fatalf("no chain %s for 10.2.0.2", goneSEP)
+		t.Fatalf("no chain %s for 10.1.0.2", goneSEP)
+	}
+	if slices.Contains(f.ipt.chains(iptablesNAT), iptEndpointChain("ns/web/tcp/80", "10.2.0.2:8080")) {
+		t.Errorf("an endpoint of another cluster has a chain of its own")
 	}
 
 	t.Run("a changed endpoint rewrites its service's chains only, and deletes the chain of the endpoint gone", func(t *testing.T) {
-		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
+		f.p.OnEndpointSliceUpdate(nil, newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.1.0.1")))
 		f.sync()
 		restores, commands := f.ipt.take()
 		if len(restores) != 2 || restores[0].table != iptablesNAT || restores[1].table != iptablesFilter {

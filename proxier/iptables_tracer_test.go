@@ -226,7 +226,7 @@ func (tr *iptTracer) match(rule string, st iptState) []matchResult {
 						i++
 					case "--set":
 						set = true
-					case "--rcheck", "--reap":
+					case "--rcheck", "--update", "--reap":
 					default:
 						return fail("unknown recent option %s", w[i])
 					}
