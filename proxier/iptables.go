@@ -27,9 +27,10 @@ type IPTables interface {
 	EnsureRule(ctx context.Context, table, chain string, args ...string) (existed bool, err error)
 	// DeleteRule deletes the rule if it is there.
 	DeleteRule(ctx context.Context, table, chain string, args ...string) error
-	// ListChains returns the names of the chains of a table. It reads the
-	// whole table (iptables-save), so the proxier calls it only when it
-	// starts over, never on an ordinary sync.
+	// ListChains returns the names of the chains of a table, none if the
+	// table does not exist. It reads the whole ruleset (iptables-save), so
+	// the proxier calls it only when it starts over, never on an ordinary
+	// sync.
 	ListChains(ctx context.Context, table string) ([]string, error)
 }
 
@@ -127,26 +128,32 @@ func (e *execIPTables) DeleteRule(ctx context.Context, table, chain string, args
 }
 
 func (e *execIPTables) ListChains(ctx context.Context, table string) ([]string, error) {
-	out, err := e.run(ctx, nil, e.save, "-t", table)
+	// Without -t, iptables-save dumps only the tables that exist: with -t,
+	// the legacy variant would have the kernel load the table's module on a
+	// node that never used it (an nftables-mode node cleaning up).
+	out, err := e.run(ctx, nil, e.save)
 	if err != nil {
 		return nil, err
 	}
-	return chainsOfSave(out), nil
+	return chainsOfSave(out, table), nil
 }
 
 // chainsOfSave returns the chains an iptables-save dump declares
-// (":NAME POLICY [packets:bytes]").
-func chainsOfSave(dump []byte) []string {
+// (":NAME POLICY [packets:bytes]") in table.
+func chainsOfSave(dump []byte, table string) []string {
 	var chains []string
+	in := false
 	s := bufio.NewScanner(bytes.NewReader(dump))
 	s.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for s.Scan() {
 		line := s.Text()
-		if !strings.HasPrefix(line, ":") {
-			continue
-		}
-		if name, _, ok := strings.Cut(line[1:], " "); ok {
-			chains = append(chains, name)
+		switch {
+		case strings.HasPrefix(line, "*"):
+			in = line[1:] == table
+		case in && strings.HasPrefix(line, ":"):
+			if name, _, ok := strings.Cut(line[1:], " "); ok {
+				chains = append(chains, name)
+			}
 		}
 	}
 	return chains

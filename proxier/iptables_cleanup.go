@@ -16,7 +16,8 @@ import (
 // the nat and filter tables. It is what [CleanupLeftovers] is to nftables
 // mode: mcsd runs it when it starts in nftables mode, so a node switched
 // from iptables mode keeps no rules of it, and an embedder that stops
-// using the proxier for good runs both. Nothing there is not an error.
+// using the proxier for good runs both. Nothing there is not an error, and
+// costs no more than reading the ruleset.
 func CleanupIPTablesLeftovers(ctx context.Context, ipts ...IPTables) error {
 	if len(ipts) == 0 {
 		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
@@ -29,11 +30,6 @@ func CleanupIPTablesLeftovers(ctx context.Context, ipts ...IPTables) error {
 	}
 	var errs []error
 	for _, ipt := range ipts {
-		for _, j := range iptablesJumps {
-			if err := ipt.DeleteRule(ctx, j.table, j.chain, j.args...); err != nil {
-				errs = append(errs, fmt.Errorf("proxier: %w", err))
-			}
-		}
 		for _, table := range []string{iptablesNAT, iptablesFilter} {
 			chains, err := ipt.ListChains(ctx, table)
 			if err != nil {
@@ -48,7 +44,17 @@ func CleanupIPTablesLeftovers(ctx context.Context, ipts ...IPTables) error {
 				}
 			}
 			if len(ours) == 0 {
+				// No chain of ours, so no jump to one: nothing to do,
+				// and no command that would touch the table.
 				continue
+			}
+			for _, j := range iptablesJumps {
+				if j.table != table {
+					continue
+				}
+				if err := ipt.DeleteRule(ctx, j.table, j.chain, j.args...); err != nil {
+					errs = append(errs, fmt.Errorf("proxier: %w", err))
+				}
 			}
 			// Declaring a chain flushes it, so that none references
 			// another when they are deleted.

@@ -757,7 +757,7 @@ func iptablesChainsIn(t *testing.T, ns *netns.NS, save string) []string {
 		t.Fatalf("%s: %v", save, err)
 	}
 	var chains []string
-	for _, c := range chainsOfSave([]byte(out)) {
+	for _, c := range append(chainsOfSave([]byte(out), iptablesNAT), chainsOfSave([]byte(out), iptablesFilter)...) {
 		if isIPTablesChain(c) {
 			chains = append(chains, c)
 		}
