@@ -2,7 +2,9 @@
 # The mcsd node daemon: `make image` (IMAGE=...) or
 #   docker build -t ghcr.io/mcsd-io/mcsd:dev .
 # The binary is static (CGO_ENABLED=0); the runtime image adds nft, which the
-# proxier runs to program nftables (it needs nft >= 1.0.1: bookworm has 1.0.6).
+# proxier runs to program nftables (it needs nft >= 1.0.1: bookworm has 1.0.6),
+# and iptables for --proxier-mode=iptables (bookworm's default, the nft-backed
+# iptables-nft).
 
 # Matches the go directive of go.mod.
 ARG GO_VERSION=1.26
@@ -21,9 +23,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends nftables \
+    && apt-get install -y --no-install-recommends nftables iptables \
     && rm -rf /var/lib/apt/lists/* \
-    && nft --version
+    && nft --version && iptables --version
 COPY --from=build /out/mcsd /usr/local/bin/mcsd
 # Root: the proxier programs the node's nftables and conntrack. The
 # DaemonSet drops every capability but NET_ADMIN.

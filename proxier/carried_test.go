@@ -42,8 +42,16 @@ func (r *vipRecorder) state() (int, []string) {
 }
 
 func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
+	for _, mode := range []Mode{ModeNFTables, ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) {
+			testVIPObserverLearnsWhatIsCommitted(t, mode)
+		})
+	}
+}
+
+func testVIPObserverLearnsWhatIsCommitted(t *testing.T, mode Mode) {
 	rec := &vipRecorder{carried: map[netip.Addr]bool{}}
-	f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.VIPObserver = rec })
+	f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.VIPObserver = rec; c.Mode = mode })
 
 	f.start()
 	if n, carried := rec.state(); n != 1 || len(carried) != 0 {
@@ -73,12 +81,10 @@ func TestVIPObserverLearnsWhatIsCommitted(t *testing.T) {
 	// A failed transaction commits nothing, so nothing is reported.
 	other := newImport("other", []string{"243.1.0.20"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
 	f.add(other, newSlice("other", remoteCluster, []slicePort{tcp("http", 80, 8080)}))
-	failing := &failingNFT{Interface: f.nft, fail: true}
-	f.p.nft = failing
-	if err := f.p.syncProxyRules(); err == nil {
+	f.failNextSync()
+	if err := f.p.runner.fn(); err == nil {
 		t.Fatal("the sync did not fail")
 	}
-	failing.fail = false
 	if _, carried := rec.state(); slices.Contains(carried, "243.1.0.20") {
 		t.Fatalf("a ClusterSetIP whose transaction failed is reported carried")
 	}

@@ -12,8 +12,9 @@ import (
 )
 
 // DualStack runs one [Proxier] per IP family behind one set of event
-// handlers: each family programs its own table ("ip mcsd", "ip6 mcsd") from
-// the ClusterSetIP and EndpointSlices of its family.
+// handlers: each family programs its own table ("ip mcsd", "ip6 mcsd"), or
+// in iptables mode its own chains in iptables and ip6tables, from the
+// ClusterSetIP and EndpointSlices of its family.
 type DualStack struct {
 	ipv4, ipv6 *Proxier
 }
@@ -21,7 +22,8 @@ type DualStack struct {
 var _ Provider = (*DualStack)(nil)
 
 // NewDualStack returns a proxier for both families from one Config. Its
-// IPFamily and NFTables fields are ignored: ipv4 and ipv6 are the nftables
+// IPFamily and NFTables fields are ignored (and in iptables mode, where
+// ipv4 and ipv6 are unused, each family uses [NewIPTables]): ipv4 and ipv6 are the nftables
 // interfaces of each family (nil: knftables.New on this host). The two
 // proxiers share cfg's Conntrack, Registerer (metrics carry an ip_family
 // label) and Health.
@@ -36,6 +38,28 @@ func NewDualStack(cfg Config, ipv4, ipv6 knftables.Interface) (*DualStack, error
 	cfg4, cfg6 := cfg, cfg
 	cfg4.IPFamily, cfg4.NFTables = v1.IPv4Protocol, ipv4
 	cfg6.IPFamily, cfg6.NFTables = v1.IPv6Protocol, ipv6
+	return newDualStack(cfg4, cfg6)
+}
+
+// NewDualStackIPTables is [NewDualStack] in iptables mode: ipv4 and ipv6
+// are the iptables and ip6tables to program (nil: [NewIPTables] on this
+// host), and cfg's Mode, IPFamily and IPTables are ignored.
+func NewDualStackIPTables(cfg Config, ipv4, ipv6 IPTables) (*DualStack, error) {
+	if cfg.Conntrack == nil {
+		ct, err := NewConntrack()
+		if err != nil {
+			return nil, fmt.Errorf("proxier: %w", err)
+		}
+		cfg.Conntrack = ct
+	}
+	cfg.Mode = ModeIPTables
+	cfg4, cfg6 := cfg, cfg
+	cfg4.IPFamily, cfg4.IPTables = v1.IPv4Protocol, ipv4
+	cfg6.IPFamily, cfg6.IPTables = v1.IPv6Protocol, ipv6
+	return newDualStack(cfg4, cfg6)
+}
+
+func newDualStack(cfg4, cfg6 Config) (*DualStack, error) {
 	p4, err := New(cfg4)
 	if err != nil {
 		return nil, err

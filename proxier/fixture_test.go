@@ -33,10 +33,12 @@ const (
 // epoch is the fake clock's start.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// fixture is a proxier on a strict Fake, with a fake clock and conntrack.
+// fixture is a proxier on a strict Fake (a fakeIPTables in iptables mode),
+// with a fake clock and conntrack.
 type fixture struct {
 	t     *testing.T
 	nft   *strictFake
+	ipt   *fakeIPTables
 	ct    *fakeConntrack
 	clock *clocktesting.FakeClock
 	p     *Proxier
@@ -48,10 +50,12 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	t.Helper()
 	f := &fixture{t: t, ct: &fakeConntrack{}, clock: clocktesting.NewFakeClock(epoch)}
 	f.nft = newStrictFake(t, knftables.Family(familyWords(family).ip))
+	f.ipt = newFakeIPTables()
 	cfg := Config{
 		ClusterID:   localCluster,
 		IPFamily:    family,
 		NFTables:    f.nft,
+		IPTables:    f.ipt,
 		RuleCounter: fakeTableCounter{f.nft.Fake},
 		Conntrack:   f.ct,
 		PodCIDRs:    []string{"10.1.0.0/16", "fd00:1::/48"},
@@ -94,9 +98,19 @@ func (f *fixture) add(objects ...any) {
 // sync runs a sync now and fails the test if it fails.
 func (f *fixture) sync() {
 	f.t.Helper()
-	if err := f.p.syncProxyRules(); err != nil {
+	if err := f.p.runner.fn(); err != nil {
 		f.t.Fatalf("sync failed: %v", err)
 	}
+}
+
+// failNextSync makes the next nftables transaction or iptables-restore
+// fail.
+func (f *fixture) failNextSync() {
+	if f.p.mode == ModeIPTables {
+		f.ipt.failRestores = 1
+		return
+	}
+	f.p.nft = &failingNFT{Interface: f.nft, fail: true, once: true}
 }
 
 // fullSync makes the next sync a full one, as the periodic one is, and runs it.
@@ -106,7 +120,38 @@ func (f *fixture) fullSync() {
 	f.sync()
 }
 
-func (f *fixture) tracer() *tracer { return newTracer(f.t, f.nft.Fake) }
+// tracer is the nftables tracer; see trace for one of the fixture's mode.
+func (f *fixture) tracer() *tracer {
+	if f.p.mode != ModeNFTables {
+		f.t.Fatal("the nftables tracer of a fixture in iptables mode")
+	}
+	return newTracer(f.t, f.nft.Fake)
+}
+
+// trace sends pkt through the rules of the fixture's mode and returns every
+// outcome.
+func (f *fixture) trace(pkt packet) []outcome {
+	f.t.Helper()
+	if f.p.mode == ModeIPTables {
+		return newIPTTracer(f.t, f.ipt).trace(pkt)
+	}
+	return f.tracer().trace(pkt)
+}
+
+// fixtureFunc builds a fixture, as newFixture does.
+type fixtureFunc func(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixture
+
+// inEachMode runs test once per mode, with newFixture building fixtures of
+// that mode: the behaviour the modes share is tested once.
+func inEachMode(t *testing.T, test func(t *testing.T, mode Mode, newFixture fixtureFunc)) {
+	for _, mode := range []Mode{ModeNFTables, ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) {
+			test(t, mode, func(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixture {
+				return newFixture(t, family, append([]func(*Config){withMode(mode)}, edit...)...)
+			})
+		})
+	}
+}
 
 // assertGolden compares the table with testdata/<name>.nft.
 func (f *fixture) assertGolden(name string) {
@@ -116,7 +161,13 @@ func (f *fixture) assertGolden(name string) {
 
 func assertGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".nft")
+	assertGoldenFile(t, name+".nft", got)
+}
+
+// assertGoldenFile compares got with testdata/<file>.
+func assertGoldenFile(t *testing.T, file, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
 	if *update {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -128,7 +179,7 @@ func assertGolden(t *testing.T, name, got string) {
 		t.Fatalf("%v (run go test ./proxier -run %s -update to create it)", err, t.Name())
 	}
 	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("nftables table differs from %s (-want +got; -update rewrites it):\n%s", path, diff)
+		t.Errorf("rules differ from %s (-want +got; -update rewrites it):\n%s", path, diff)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,7 +188,6 @@ type kernelWorld struct {
 	client, external *pod
 	e1, e2, w1, w2   *pod
 	proxier          *DualStack
-	nft4, nft6       *nsenter.NFTables
 	podsByName       map[string]*pod
 }
 
@@ -205,39 +205,80 @@ func newKernelWorld(t *testing.T, edit ...func(*Config)) *kernelWorld {
 		w.podsByName[p.name] = p
 	}
 
-	var err error
-	if w.nft4, err = nsenter.NewNFTables(netns.Path(w.node.Name), knftables.IPv4Family, TableName); err != nil {
-		t.Fatal(err)
-	}
-	if w.nft6, err = nsenter.NewNFTables(netns.Path(w.node.Name), knftables.IPv6Family, TableName); err != nil {
-		t.Fatal(err)
-	}
-	var ct Conntrack
-	var counter RuleCounter
-	if err := w.node.Do(func() (err error) {
-		if ct, err = NewConntrack(); err != nil {
-			return err
-		}
-		counter, err = NewNetlinkRuleCounter()
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	w.startProxier(t, edit...)
+	return w
+}
+
+// startProxier gives the node a new proxier (of the mode edit sets), as a
+// restart of mcsd would.
+func (w *kernelWorld) startProxier(t *testing.T, edit ...func(*Config)) {
+	t.Helper()
 	cfg := Config{
-		ClusterID:   localCluster,
-		Conntrack:   ct,
-		RuleCounter: counter,
-		PodCIDRs:    []string{"100.64.0.0/16", "fd64::/16"},
+		ClusterID: localCluster,
+		PodCIDRs:  []string{"100.64.0.0/16", "fd64::/16"},
 	}
 	for _, e := range edit {
 		e(&cfg)
 	}
-	w.proxier, err = NewDualStack(cfg, w.nft4, w.nft6)
+	if err := w.node.Do(func() (err error) {
+		if cfg.Conntrack, err = NewConntrack(); err != nil {
+			return err
+		}
+		if cfg.Mode != ModeIPTables {
+			cfg.RuleCounter, err = NewNetlinkRuleCounter()
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if cfg.Mode == ModeIPTables {
+		w.proxier, err = NewDualStackIPTables(cfg, w.iptables(t, v1.IPv4Protocol), w.iptables(t, v1.IPv6Protocol))
+	} else {
+		w.proxier, err = NewDualStack(cfg, w.nftables(t, knftables.IPv4Family), w.nftables(t, knftables.IPv6Family))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w
 }
+
+// nftables is the node's nftables interface for family.
+func (w *kernelWorld) nftables(t *testing.T, family knftables.Family) knftables.Interface {
+	t.Helper()
+	nft, err := nsenter.NewNFTables(netns.Path(w.node.Name), family, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nft
+}
+
+// iptables is the node's iptables (ip6tables) for family.
+func (w *kernelWorld) iptables(t *testing.T, family v1.IPFamily) IPTables {
+	t.Helper()
+	ipt, err := NewIPTablesIn(family, w.node.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ipt
+}
+
+// kernelModes runs test once per mode, each with the commands it needs.
+func kernelModes(t *testing.T, test func(t *testing.T, mode Mode)) {
+	testenv.RequireRoot(t)
+	for _, mode := range []Mode{ModeNFTables, ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) {
+			if mode == ModeIPTables {
+				testenv.RequireCommands(t, "iptables", "ip6tables", "iptables-restore", "ip6tables-restore", "iptables-save", "ip", "sysctl")
+			} else {
+				testenv.RequireCommands(t, "nft", "ip", "sysctl")
+			}
+			test(t, mode)
+		})
+	}
+}
+
+// withMode sets the Config's mode.
+func withMode(mode Mode) func(*Config) { return func(c *Config) { c.Mode = mode } }
 
 // slices returns the IPv4 and IPv6 MCS EndpointSlices of pods for service.
 func kernelSlices(service, cluster string, ports []slicePort, pods ...*pod) []*discoveryv1.EndpointSlice {
@@ -253,7 +294,7 @@ func kernelSlices(service, cluster string, ports []slicePort, pods ...*pod) []*d
 func (w *kernelWorld) sync(t *testing.T) {
 	t.Helper()
 	for _, p := range []*Proxier{w.proxier.IPv4(), w.proxier.IPv6()} {
-		if err := p.syncProxyRules(); err != nil {
+		if err := p.runner.fn(); err != nil {
 			t.Fatalf("%s sync: %v", p.family, err)
 		}
 	}
@@ -287,11 +328,14 @@ func refused(t *testing.T, p *pod, network, address string) {
 }
 
 func TestKernel(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "nft", "ip", "sysctl")
-	rootHadTable := exec.Command("nft", "list", "table", "ip", TableName).Run() == nil
+	kernelModes(t, testKernel)
+}
 
-	w := newKernelWorld(t)
+func testKernel(t *testing.T, mode Mode) {
+	rootHadTable := exec.Command("nft", "list", "table", "ip", TableName).Run() == nil
+	rootHadChains := iptablesChainsIn(t, nil, "iptables-save")
+
+	w := newKernelWorld(t, withMode(mode))
 	web := []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353), tcp("peer", 90, 9000)}
 	imports := []*mcsv1beta1.ServiceImport{
 		newImport("web", []string{"243.64.0.10", "fd00:243::10"},
@@ -334,7 +378,18 @@ func TestKernel(t *testing.T) {
 	w.proxier.OnEndpointSlicesSynced()
 	w.sync(t)
 
-	t.Run("the table is programmed in the node's namespace, not the test's", func(t *testing.T) {
+	t.Run("the rules are programmed in the node's namespace, not the test's", func(t *testing.T) {
+		if mode == ModeIPTables {
+			for _, save := range []string{"iptables-save", "ip6tables-save"} {
+				if got := iptablesChainsIn(t, w.node, save); !slices.Contains(got, iptServicesChain) {
+					t.Errorf("%s in the node: chains %v", save, got)
+				}
+			}
+			if got := iptablesChainsIn(t, nil, "iptables-save"); len(got) > len(rootHadChains) {
+				t.Errorf("chains appeared in the test's own namespace: %v", got)
+			}
+			return
+		}
 		if _, err := w.node.Exec("nft", "list", "table", "ip", TableName); err != nil {
 			t.Errorf("no table in the node: %v", err)
 		}
@@ -535,18 +590,28 @@ func TestKernel(t *testing.T) {
 		w.proxier.OnEndpointSliceUpdate(nil, restored[0])
 		w.sync(t)
 	})
-	t.Run("a full resync restores a table flushed by hand", func(t *testing.T) {
-		if _, err := w.node.Exec("nft", "flush", "table", "ip", TableName); err != nil {
+	t.Run("rules flushed by hand come back", func(t *testing.T) {
+		// nftables: the next full sync rewrites the table; iptables: the
+		// jump check, once per sync period, finds the jump gone.
+		flush := []string{"nft", "flush", "table", "ip", TableName}
+		if mode == ModeIPTables {
+			flush = []string{"iptables", "-t", "nat", "-F"}
+		}
+		if _, err := w.node.Exec(flush[0], flush[1:]...); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		defer cancel()
 		if _, err := w.client.ask(ctx, "tcp", "243.64.0.10:80"); err == nil {
-			t.Fatal("the ClusterSetIP still works with the table flushed")
+			t.Fatal("the ClusterSetIP still works with the rules flushed")
 		}
 		p := w.proxier.IPv4()
 		p.mu.Lock()
-		p.needRewrite = true
+		if mode == ModeIPTables {
+			p.lastTableCheck = time.Time{} // as if a sync period had passed
+		} else {
+			p.needRewrite = true
+		}
 		p.mu.Unlock()
 		w.sync(t)
 		if counts := spread(t, w.client, "tcp", "243.64.0.10:80", 20); len(counts) < 2 {
@@ -554,6 +619,9 @@ func TestKernel(t *testing.T) {
 		}
 	})
 	t.Run("the netlink RuleCounter sees the base chain, a flush and a deleted table", func(t *testing.T) {
+		if mode != ModeNFTables {
+			t.Skip("nftables mode")
+		}
 		var counter RuleCounter
 		if err := w.node.Do(func() (err error) { counter, err = NewNetlinkRuleCounter(); return err }); err != nil {
 			t.Fatal(err)
@@ -583,6 +651,12 @@ func TestKernel(t *testing.T) {
 	t.Run("removing an import with affinity deletes its chains and sets", func(t *testing.T) {
 		w.proxier.OnServiceImportDelete(imports[2])
 		w.sync(t)
+		if mode == ModeIPTables {
+			if got := iptablesChainsIn(t, w.node, "iptables-save"); slices.Contains(got, iptServiceChain("ns/sticky/tcp/80")) {
+				t.Errorf("the sticky import's chain remains: %v", got)
+			}
+			return
+		}
 		time.Sleep(staleChainDelay)
 		w.sync(t)
 		out, err := w.node.Exec("nft", "list", "table", "ip", TableName)
@@ -596,9 +670,11 @@ func TestKernel(t *testing.T) {
 }
 
 func TestKernelPreferLocalCluster(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "nft", "ip", "sysctl")
-	w := newKernelWorld(t, func(c *Config) { c.PreferLocalCluster = true })
+	kernelModes(t, testKernelPreferLocalCluster)
+}
+
+func testKernelPreferLocalCluster(t *testing.T, mode Mode) {
+	w := newKernelWorld(t, withMode(mode), func(c *Config) { c.PreferLocalCluster = true })
 	port := []slicePort{tcp("http", 80, 8080)}
 	local := kernelSlices("web", localCluster, port, w.e1, w.e2)
 	w.proxier.OnServiceImportAdd(newImport("web", []string{"243.64.0.10", "fd00:243::10"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}))
@@ -630,9 +706,11 @@ func TestKernelPreferLocalCluster(t *testing.T) {
 }
 
 func TestKernelUDPOnly(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "nft", "ip", "sysctl")
-	w := newKernelWorld(t)
+	kernelModes(t, testKernelUDPOnly)
+}
+
+func testKernelUDPOnly(t *testing.T, mode Mode) {
+	w := newKernelWorld(t, withMode(mode))
 	port := []slicePort{udp("dns", 53, 5353)}
 	w.proxier.OnServiceImportAdd(newImport("dns", []string{"243.64.0.20", "fd00:243::20"}, []mcsv1beta1.ServicePort{udpPort("dns", 53)}))
 	for _, s := range append(kernelSlices("dns", localCluster, port, w.e1, w.e2), kernelSlices("dns", remoteCluster, port, w.w1, w.w2)...) {
@@ -654,6 +732,99 @@ func TestKernelUDPOnly(t *testing.T) {
 		counts := spread(t, w.client, "udp", "243.64.0.20:53", 40)
 		if counts["e2"] != 0 || len(counts) < 2 {
 			t.Errorf("datagrams went to %v, want e1, w1 and w2", counts)
+		}
+	})
+}
+
+// iptablesChainsIn lists the proxier's chains that save (iptables-save or
+// ip6tables-save) shows in ns, or in the test's own namespace when ns is
+// nil.
+func iptablesChainsIn(t *testing.T, ns *netns.NS, save string) []string {
+	t.Helper()
+	var out string
+	var err error
+	if ns == nil {
+		var b []byte
+		b, err = exec.Command(save).Output()
+		out = string(b)
+	} else {
+		out, err = ns.Exec(save)
+	}
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return nil
+		}
+		t.Fatalf("%s: %v", save, err)
+	}
+	var chains []string
+	for _, c := range append(chainsOfSave([]byte(out), iptablesNAT), chainsOfSave([]byte(out), iptablesFilter)...) {
+		if isIPTablesChain(c) {
+			chains = append(chains, c)
+		}
+	}
+	return chains
+}
+
+func TestKernelSwitchingModes(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "iptables", "ip6tables", "iptables-save", "ip6tables-save", "ip", "sysctl")
+	port := []slicePort{tcp("http", 80, 8080)}
+	w := newKernelWorld(t, withMode(ModeNFTables))
+	// start runs a new proxier of mode on the node, as mcsd does when it
+	// starts: the other mode's leftovers first.
+	start := func(mode Mode) {
+		t.Helper()
+		if err := CleanupOtherMode(t.Context(), mode, w.node.Do); err != nil {
+			t.Fatalf("cleaning up before %s mode: %v", mode, err)
+		}
+		w.startProxier(t, withMode(mode))
+		w.proxier.OnServiceImportAdd(newImport("web", []string{"243.64.0.10", "fd00:243::10"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}))
+		for _, s := range kernelSlices("web", localCluster, port, w.e1, w.e2) {
+			w.proxier.OnEndpointSliceAdd(s)
+		}
+		w.proxier.OnServiceImportsSynced()
+		w.proxier.OnEndpointSlicesSynced()
+		w.sync(t)
+		if counts := spread(t, w.client, "tcp", "243.64.0.10:80", 20); len(counts) != 2 {
+			t.Errorf("in %s mode connections went to %v, want e1 and e2", mode, counts)
+		}
+	}
+	nftTables := func() []string {
+		var tables []string
+		for _, family := range []string{"ip", "ip6"} {
+			if _, err := w.node.Exec("nft", "list", "table", family, TableName); err == nil {
+				tables = append(tables, family+" "+TableName)
+			}
+		}
+		return tables
+	}
+	iptablesLeft := func() []string {
+		var left []string
+		for _, save := range []string{"iptables-save", "ip6tables-save"} {
+			out, err := w.node.Exec(save)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, iptablesChainPrefix) {
+					left = append(left, save+": "+line)
+				}
+			}
+		}
+		return left
+	}
+
+	start(ModeNFTables)
+	t.Run("from nftables to iptables mode: no nftables table is left", func(t *testing.T) {
+		start(ModeIPTables)
+		if left := nftTables(); len(left) != 0 {
+			t.Errorf("tables left behind: %v", left)
+		}
+	})
+	t.Run("from iptables back to nftables mode: no chain or jump of iptables mode is left", func(t *testing.T) {
+		start(ModeNFTables)
+		if left := iptablesLeft(); len(left) != 0 {
+			t.Errorf("iptables rules left behind:\n%s", strings.Join(left, "\n"))
 		}
 	})
 }

@@ -26,9 +26,12 @@ type metrics struct {
 	serviceChangesTotal    *prometheus.CounterVec
 	endpointChangesTotal   *prometheus.CounterVec
 	syncFailures           *prometheus.CounterVec
-	cleanupFailures        *prometheus.CounterVec
-	conntrackDeleted       *prometheus.CounterVec
-	conntrackFailures      *prometheus.CounterVec
+	// iptablesRestoreFailures counts failed syncs in iptables mode, under
+	// kube-proxy's name for them.
+	iptablesRestoreFailures *prometheus.CounterVec
+	cleanupFailures         *prometheus.CounterVec
+	conntrackDeleted        *prometheus.CounterVec
+	conntrackFailures       *prometheus.CounterVec
 }
 
 const (
@@ -61,17 +64,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{
 		syncDuration: histogram("sync_proxy_rules_duration_seconds",
-			"Time a sync of the nftables rules took, full or partial.", syncBuckets),
+			"Time a sync of the rules (nftables or iptables) took, full or partial.", syncBuckets),
 		syncFullDuration: histogram("sync_full_proxy_rules_duration_seconds",
-			"Time a full sync of the nftables rules took.", syncBuckets),
+			"Time a full sync of the rules took.", syncBuckets),
 		syncPartialDuration: histogram("sync_partial_proxy_rules_duration_seconds",
-			"Time a partial sync of the nftables rules took.", syncBuckets),
+			"Time a partial sync of the rules took.", syncBuckets),
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "sync_proxy_rules_no_local_endpoints_total",
 			Help: "Service ports with internalTrafficPolicy Local whose traffic is dropped for want of local endpoints."},
 			[]string{"traffic_policy", "ip_family"}),
 		networkProgramming: histogram("network_programming_duration_seconds",
-			"Time from a change to a ServiceImport or MCS EndpointSlice to the nftables rules that apply it.",
+			"Time from a change to a ServiceImport or MCS EndpointSlice to the rules that apply it.",
 			prometheus.ExponentialBuckets(0.01, 2, 17)),
 		lastSync:   gauge("sync_proxy_rules_last_timestamp_seconds", "When the last successful sync finished (Unix time)."),
 		lastQueued: gauge("sync_proxy_rules_last_queued_timestamp_seconds", "When a sync was last requested (Unix time)."),
@@ -85,6 +88,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"EndpointSlice changes seen."),
 		syncFailures: counter("sync_proxy_rules_nftables_sync_failures_total",
 			"Syncs whose nftables transaction failed."),
+		iptablesRestoreFailures: counter("sync_proxy_rules_iptables_restore_failures_total",
+			"Syncs whose iptables-restore (or jump check) failed, in iptables mode."),
 		cleanupFailures: counter("sync_proxy_rules_nftables_cleanup_failures_total",
 			"Failed deletions of stale nftables chains."),
 		conntrackDeleted: counter("conntrack_deleted_entries_total",
@@ -108,6 +113,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	registerShared(reg, &m.serviceChangesTotal, &errs)
 	registerShared(reg, &m.endpointChangesTotal, &errs)
 	registerShared(reg, &m.syncFailures, &errs)
+	registerShared(reg, &m.iptablesRestoreFailures, &errs)
 	registerShared(reg, &m.cleanupFailures, &errs)
 	registerShared(reg, &m.conntrackDeleted, &errs)
 	registerShared(reg, &m.conntrackFailures, &errs)

@@ -46,10 +46,16 @@ type Config struct {
 	// v1.IPv6Protocol. [NewDualStack] runs one per family.
 	IPFamily v1.IPFamily
 
+	// Mode is the backend: [ModeNFTables] (the default, also when empty) or
+	// [ModeIPTables]; [ModeAuto] is resolved by [ResolveMode].
+	Mode Mode
 	// NFTables is the nftables interface for table [TableName] of IPFamily's
-	// family ("ip" or "ip6"). Nil means knftables.New on this host; tests
-	// pass knftables.NewFake.
+	// family ("ip" or "ip6"), in nftables mode. Nil means knftables.New on
+	// this host; tests pass knftables.NewFake.
 	NFTables knftables.Interface
+	// IPTables is IPFamily's iptables (or ip6tables), in iptables mode.
+	// Nil means [NewIPTables] on this host; tests pass a fake.
+	IPTables IPTables
 	// Conntrack deletes stale UDP conntrack entries. Nil means
 	// [NewConntrack] in the calling thread's network namespace.
 	Conntrack Conntrack
@@ -58,7 +64,8 @@ type Config struct {
 	// [NewNetlinkRuleCounter] in the calling thread's network namespace
 	// (never "nft list", which costs as much as the whole table with nft
 	// 1.0.x). Tests on knftables.NewFake pass one that counts the Fake's
-	// rules.
+	// rules. Unused in iptables mode, which checks its jump from nat
+	// PREROUTING instead.
 	RuleCounter RuleCounter
 
 	// MasqueradeMark is the single mark bit that flags packets for
@@ -144,22 +151,27 @@ type Provider interface {
 	SyncLoop(ctx context.Context)
 }
 
-// Proxier programs one IP family's nftables table from ServiceImports and
-// MCS EndpointSlices. Its event handlers only record changes; its sync loop
-// applies them in one nftables transaction per sync. Create it with [New].
+// Proxier programs one IP family's nftables table (or, in iptables mode,
+// its iptables chains) from ServiceImports and MCS EndpointSlices. Its event
+// handlers only record changes; its sync loop applies them in one nftables
+// transaction (one iptables-restore per table) per sync. Create it with
+// [New].
 type Proxier struct {
-	family    v1.IPFamily
-	words     words
-	static    staticOptions
-	policy    trafficPolicy
-	nft       knftables.Interface
-	conntrack Conntrack
-	clock     clock.Clock
-	metrics   *metrics
-	health    HealthRecorder
-	logger    klog.Logger
-	tracker   *changeTracker
-	runner    *runner
+	family     v1.IPFamily
+	mode       Mode
+	words      words
+	static     staticOptions
+	iptOptions iptablesOptions
+	policy     trafficPolicy
+	nft        knftables.Interface
+	ipt        IPTables
+	conntrack  Conntrack
+	clock      clock.Clock
+	metrics    *metrics
+	health     HealthRecorder
+	logger     klog.Logger
+	tracker    *changeTracker
+	runner     *runner
 
 	fullSyncPeriod time.Duration
 
@@ -233,10 +245,27 @@ func New(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
-	nft := cfg.NFTables
-	if nft == nil {
-		if nft, err = knftables.New(knftables.Family(w.ip), TableName); err != nil {
-			return nil, fmt.Errorf("proxier: nftables is not usable: %w", err)
+	mode, err := ResolveMode(context.Background(), cfg.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("proxier: %w", err)
+	}
+	nft, ipt, counter := cfg.NFTables, cfg.IPTables, cfg.RuleCounter
+	if mode == ModeIPTables {
+		if ipt == nil {
+			if ipt, err = NewIPTables(cfg.IPFamily); err != nil {
+				return nil, fmt.Errorf("proxier: iptables is not usable: %w", err)
+			}
+		}
+	} else {
+		if nft == nil {
+			if nft, err = knftables.New(knftables.Family(w.ip), TableName); err != nil {
+				return nil, fmt.Errorf("proxier: nftables is not usable: %w", err)
+			}
+		}
+		if counter == nil {
+			if counter, err = NewNetlinkRuleCounter(); err != nil {
+				return nil, fmt.Errorf("proxier: %w", err)
+			}
 		}
 	}
 	ct := cfg.Conntrack
@@ -245,18 +274,19 @@ func New(cfg Config) (*Proxier, error) {
 			return nil, fmt.Errorf("proxier: %w", err)
 		}
 	}
-	counter := cfg.RuleCounter
-	if counter == nil {
-		if counter, err = NewNetlinkRuleCounter(); err != nil {
-			return nil, fmt.Errorf("proxier: %w", err)
-		}
-	}
 	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
 	p := &Proxier{
 		family: cfg.IPFamily,
+		mode:   mode,
 		words:  w,
 		static: staticOptions{
 			words:         w,
+			mark:          fmt.Sprintf("%#x", mark),
+			masqueradeAll: cfg.MasqueradeAll,
+			podCIDRs:      podCIDRs,
+		},
+		iptOptions: iptablesOptions{
+			family:        cfg.IPFamily,
 			mark:          fmt.Sprintf("%#x", mark),
 			masqueradeAll: cfg.MasqueradeAll,
 			podCIDRs:      podCIDRs,
@@ -267,6 +297,7 @@ func New(cfg Config) (*Proxier, error) {
 			preferLocalCluster: cfg.PreferLocalCluster,
 		},
 		nft:            nft,
+		ipt:            ipt,
 		conntrack:      ct,
 		clock:          clk,
 		metrics:        m,
@@ -287,7 +318,11 @@ func New(cfg Config) (*Proxier, error) {
 		staleChains:    map[string]time.Time{},
 		needRewrite:    true,
 	}
-	p.runner = newRunner(p.syncProxyRules, minSync, syncPeriod, clk)
+	sync := p.syncProxyRules
+	if mode == ModeIPTables {
+		sync = p.syncIPTablesRules
+	}
+	p.runner = newRunner(sync, minSync, syncPeriod, clk)
 	return p, nil
 }
 

@@ -39,179 +39,194 @@ func webSlices() []any {
 	}
 }
 
+// TestGoldenRulesets compares the rules of a few shapes with the files
+// under testdata/: the nftables table as the Fake dumps it (<name>.nft) and,
+// in iptables mode, the first sync's iptables-restore input
+// (iptables-<name>.restore).
 func TestGoldenRulesets(t *testing.T) {
-	t.Run("two clusters, TCP and UDP, no affinity", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		f.assertGolden("basic")
-	})
-	t.Run("ClientIP session affinity", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport(withAffinity(60)))...)
-		f.assertGolden("affinity")
-	})
-	t.Run("no endpoints, and internalTrafficPolicy Local without local endpoints", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(
+	for _, c := range []struct {
+		test, name string
+		family     v1.IPFamily
+		edit       func(*Config)
+		objects    []any
+	}{
+		{"two clusters, TCP and UDP, no affinity", "basic", v1.IPv4Protocol, nil, append(webSlices(), webImport())},
+		{"ClientIP session affinity", "affinity", v1.IPv4Protocol, nil, append(webSlices(), webImport(withAffinity(60)))},
+		{"no endpoints, and internalTrafficPolicy Local without local endpoints", "no-endpoints", v1.IPv4Protocol, nil, []any{
 			newImport("empty", []string{"243.1.0.20"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
 			newImport("local", []string{"243.1.0.21"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)},
 				withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)),
 			newSlice("local", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
-		)
-		f.assertGolden("no-endpoints")
-	})
-	t.Run("masquerade all", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeMark = 0x4000 })
-		f.start(append(webSlices(), webImport())...)
-		f.assertGolden("masquerade-all")
-	})
-	t.Run("IPv6", func(t *testing.T) {
-		f := newFixture(t, v1.IPv6Protocol)
-		f.start(webImport(withAffinity(30)),
+		}},
+		{"masquerade all", "masquerade-all", v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeMark = 0x4000 },
+			append(webSlices(), webImport())},
+		{"IPv6", "ipv6", v1.IPv6Protocol, nil, []any{webImport(withAffinity(30)),
 			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:1::1")),
 			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")),
-		)
-		f.assertGolden("ipv6")
-	})
+		}},
+	} {
+		for _, mode := range []Mode{ModeNFTables, ModeIPTables} {
+			t.Run(c.test+"/"+string(mode), func(t *testing.T) {
+				f := newFixture(t, c.family, func(cfg *Config) {
+					cfg.Mode = mode
+					if c.edit != nil {
+						c.edit(cfg)
+					}
+				})
+				f.start(c.objects...)
+				if mode == ModeIPTables {
+					f.assertRestoreGolden("iptables-" + c.name)
+				} else {
+					f.assertGolden(c.name)
+				}
+			})
+		}
+	}
 }
 
 func TestBalancing(t *testing.T) {
-	t.Run("a ClusterSetIP port reaches the ready endpoints of every cluster", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		tr := f.tracer()
-		got := endpoints(t, tr.trace(pkt(podClient, vip, "tcp", 80)))
-		want := []string{"10.1.0.1:8080", "10.1.0.2:8080", "10.2.0.1:8080", "10.2.0.2:8080"}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("TCP endpoints (-want +got):\n%s", diff)
-		}
-		got = endpoints(t, tr.trace(pkt(podClient, vip, "udp", 53)))
-		want = []string{"10.1.0.1:5353", "10.1.0.2:5353", "10.2.0.1:5353", "10.2.0.2:5353"}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("UDP endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a cluster that exports the port name on another number gets none of its traffic", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")),
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 8080, 8080)}, ready("10.2.0.1")),
-		)
-		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))
-		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, got); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a cluster that does not export a port gets none of its traffic", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.1.0.1")),
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
-		)
-		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "udp", 53)))
-		if diff := cmp.Diff([]string{"10.1.0.1:5353"}, got); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a slice without the service-ports annotation serves the ports it names", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			withoutAnnotation(newSlice("web", remoteCluster, []slicePort{tcp("http", 0, 9090)}, ready("10.2.0.1"))),
-		)
-		got := endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))
-		if diff := cmp.Diff([]string{"10.2.0.1:9090"}, got); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a slice with an invalid service-ports annotation serves nothing", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		bad := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
-		bad.Annotations[ServicePortsAnnotation] = `{"http":80}`
-		f.start(webImport(), bad)
-		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
-			t.Errorf("verdicts %v, want reject", got)
-		}
-	})
-	t.Run("an endpoint listed in two slices counts once", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")), "a"),
-			named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"), ready("10.2.0.2")), "b"),
-		)
-		outs := f.tracer().trace(pkt(podClient, vip, "tcp", 80))
-		if len(outs) != 2 {
-			t.Errorf("%d numgen branches, want 2: %v", len(outs), outs)
-		}
-	})
-	t.Run("traffic to a port the ClusterSetIP does not have is rejected", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		for _, p := range []packet{pkt(podClient, vip, "tcp", 81), pkt(podClient, vip, "udp", 80), pkt(podClient, vip, "icmp", 0)} {
-			if got := verdicts(f.tracer().trace(p)); !slices.Equal(got, []string{"reject"}) {
-				t.Errorf("%s/%d: verdicts %v, want reject", p.proto, p.dport, got)
+	inEachMode(t, func(t *testing.T, mode Mode, newFixture fixtureFunc) {
+		t.Run("a ClusterSetIP port reaches the ready endpoints of every cluster", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			got := endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))
+			want := []string{"10.1.0.1:8080", "10.1.0.2:8080", "10.2.0.1:8080", "10.2.0.2:8080"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("TCP endpoints (-want +got):\n%s", diff)
 			}
-		}
-	})
-	t.Run("traffic to other addresses is left alone", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		outs := f.tracer().trace(pkt(podClient, "10.2.0.1", "tcp", 8080))
-		if got := verdicts(outs); !slices.Equal(got, []string{"accept"}) || outs[0].masquerade {
-			t.Errorf("outcomes %v, want accepted untouched", outs)
-		}
-	})
-	t.Run("a headless import or one without a VIP of the family programs nothing", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		headless := newImport("headless", nil, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
-		headless.Spec.Type = mcsv1beta1.Headless
-		f.start(headless, newImport("v6only", []string{"fd00:243::30"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
-			newSlice("headless", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")))
-		if n := len(f.nft.Table.Maps[serviceIPsMap].Elements) + len(f.nft.Table.Sets[clustersetIPsSet].Elements); n != 0 {
-			t.Errorf("%d elements programmed, want none", n)
-		}
+			got = endpoints(t, f.trace(pkt(podClient, vip, "udp", 53)))
+			want = []string{"10.1.0.1:5353", "10.1.0.2:5353", "10.2.0.1:5353", "10.2.0.2:5353"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("UDP endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a cluster that exports the port name on another number gets none of its traffic", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(),
+				newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")),
+				newSlice("web", remoteCluster, []slicePort{tcp("http", 8080, 8080)}, ready("10.2.0.1")),
+			)
+			got := endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))
+			if diff := cmp.Diff([]string{"10.1.0.1:8080"}, got); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a cluster that does not export a port gets none of its traffic", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(),
+				newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.1.0.1")),
+				newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")),
+			)
+			got := endpoints(t, f.trace(pkt(podClient, vip, "udp", 53)))
+			if diff := cmp.Diff([]string{"10.1.0.1:5353"}, got); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a slice without the service-ports annotation serves the ports it names", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(),
+				withoutAnnotation(newSlice("web", remoteCluster, []slicePort{tcp("http", 0, 9090)}, ready("10.2.0.1"))),
+			)
+			got := endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))
+			if diff := cmp.Diff([]string{"10.2.0.1:9090"}, got); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a slice with an invalid service-ports annotation serves nothing", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			bad := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
+			bad.Annotations[ServicePortsAnnotation] = `{"http":80}`
+			f.start(webImport(), bad)
+			if got := verdicts(f.trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+				t.Errorf("verdicts %v, want reject", got)
+			}
+		})
+		t.Run("an endpoint listed in two slices counts once", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(),
+				named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")), "a"),
+				named(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"), ready("10.2.0.2")), "b"),
+			)
+			outs := f.trace(pkt(podClient, vip, "tcp", 80))
+			if len(outs) != 2 {
+				t.Errorf("%d numgen branches, want 2: %v", len(outs), outs)
+			}
+		})
+		t.Run("traffic to a port the ClusterSetIP does not have is rejected", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			for _, p := range []packet{pkt(podClient, vip, "tcp", 81), pkt(podClient, vip, "udp", 80), pkt(podClient, vip, "icmp", 0)} {
+				if got := verdicts(f.trace(p)); !slices.Equal(got, []string{"reject"}) {
+					t.Errorf("%s/%d: verdicts %v, want reject", p.proto, p.dport, got)
+				}
+			}
+		})
+		t.Run("traffic to other addresses is left alone", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			outs := f.trace(pkt(podClient, "10.2.0.1", "tcp", 8080))
+			if got := verdicts(outs); !slices.Equal(got, []string{"accept"}) || outs[0].masquerade {
+				t.Errorf("outcomes %v, want accepted untouched", outs)
+			}
+		})
+		t.Run("a headless import or one without a VIP of the family programs nothing", func(t *testing.T) {
+			if mode != ModeNFTables {
+				t.Skip("inspects the nftables table")
+			}
+			f := newFixture(t, v1.IPv4Protocol)
+			headless := newImport("headless", nil, []mcsv1beta1.ServicePort{tcpPort("http", 80)})
+			headless.Spec.Type = mcsv1beta1.Headless
+			f.start(headless, newImport("v6only", []string{"fd00:243::30"}, []mcsv1beta1.ServicePort{tcpPort("http", 80)}),
+				newSlice("headless", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")))
+			if n := len(f.nft.Table.Maps[serviceIPsMap].Elements) + len(f.nft.Table.Sets[clustersetIPsSet].Elements); n != 0 {
+				t.Errorf("%d elements programmed, want none", n)
+			}
+		})
 	})
 }
 
 func TestReadiness(t *testing.T) {
-	cases := []struct {
-		name string
-		eps  []discoveryv1.Endpoint
-		want []string
-	}{
-		{"only ready endpoints get traffic",
-			[]discoveryv1.Endpoint{ready("10.2.0.1"), notReady("10.2.0.2"), terminating("10.2.0.3", true)},
-			[]string{"10.2.0.1:8080"}},
-		{"serving terminating endpoints get traffic when none is ready",
-			[]discoveryv1.Endpoint{notReady("10.2.0.2"), terminating("10.2.0.3", true), terminating("10.2.0.4", false)},
-			[]string{"10.2.0.3:8080"}},
-		{"an endpoint without conditions is ready",
-			[]discoveryv1.Endpoint{{Addresses: []string{"10.2.0.5"}}},
-			[]string{"10.2.0.5:8080"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+	inEachMode(t, func(t *testing.T, mode Mode, newFixture fixtureFunc) {
+		cases := []struct {
+			name string
+			eps  []discoveryv1.Endpoint
+			want []string
+		}{
+			{"only ready endpoints get traffic",
+				[]discoveryv1.Endpoint{ready("10.2.0.1"), notReady("10.2.0.2"), terminating("10.2.0.3", true)},
+				[]string{"10.2.0.1:8080"}},
+			{"serving terminating endpoints get traffic when none is ready",
+				[]discoveryv1.Endpoint{notReady("10.2.0.2"), terminating("10.2.0.3", true), terminating("10.2.0.4", false)},
+				[]string{"10.2.0.3:8080"}},
+			{"an endpoint without conditions is ready",
+				[]discoveryv1.Endpoint{{Addresses: []string{"10.2.0.5"}}},
+				[]string{"10.2.0.5:8080"}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				f := newFixture(t, v1.IPv4Protocol)
+				f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, c.eps...))
+				if diff := cmp.Diff(c.want, endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+					t.Errorf("endpoints (-want +got):\n%s", diff)
+				}
+			})
+		}
+		t.Run("endpoints neither ready nor serving-and-terminating mean no endpoints: reject", func(t *testing.T) {
 			f := newFixture(t, v1.IPv4Protocol)
-			f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, c.eps...))
-			if diff := cmp.Diff(c.want, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+			f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.2.0.2"), terminating("10.2.0.4", false)))
+			if got := verdicts(f.trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
+				t.Errorf("verdicts %v, want reject", got)
+			}
+		})
+		t.Run("a ready endpoint elsewhere is preferred to a terminating local one, even with PreferClose", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)),
+				newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, terminating("10.1.0.1", true)),
+				newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")))
+			if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
 		})
-	}
-	t.Run("endpoints neither ready nor serving-and-terminating mean no endpoints: reject", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(), newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.2.0.2"), terminating("10.2.0.4", false)))
-		if got := verdicts(f.tracer().trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
-			t.Errorf("verdicts %v, want reject", got)
-		}
-	})
-	t.Run("a ready endpoint elsewhere is preferred to a terminating local one, even with PreferClose", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, terminating("10.1.0.1", true)),
-			newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1")))
-		if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
 	})
 }
 
@@ -254,79 +269,84 @@ func TestNoEndpoints(t *testing.T) {
 }
 
 func TestTrafficPolicies(t *testing.T) {
-	local := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b"))
-	remote := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.2.0.1"), thisNode))
-	trace := func(f *fixture) []outcome { return f.tracer().trace(pkt(podClient, vip, "tcp", 80)) }
+	inEachMode(t, func(t *testing.T, mode Mode, newFixture fixtureFunc) {
+		local := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b"))
+		remote := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.2.0.1"), thisNode))
+		trace := func(f *fixture) []outcome { return f.trace(pkt(podClient, vip, "tcp", 80)) }
 
-	t.Run("PreferClose sends traffic to the local cluster only", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)), local, remote)
-		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("PreferClose fails over to other clusters when the local endpoints go", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone)), local, remote)
-		down := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1"), notReady("10.1.0.2"))
-		f.p.OnEndpointSliceUpdate(local, down)
-		f.sync()
-		if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-		f.p.OnEndpointSliceUpdate(down, local)
-		f.sync()
-		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("after recovery (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("the PreferLocalCluster setting applies PreferClose to every import", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PreferLocalCluster = true })
-		f.start(webImport(), local, remote)
-		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("an unknown trafficDistribution is no preference", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withTrafficDistribution("Anywhere")), local, remote)
-		if got := endpoints(t, trace(f)); len(got) != 3 {
-			t.Errorf("endpoints %v, want all three", got)
-		}
-	})
-	t.Run("internalTrafficPolicy Local uses the local cluster's endpoints", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
-		if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("internalTrafficPolicy Local with a node name uses this node's endpoints of the local cluster", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
-		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
-		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("internalTrafficPolicy Local drops traffic when only other clusters have endpoints, and rejects when nobody has", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), remote)
-		if got := verdicts(trace(f)); !slices.Equal(got, []string{"drop"}) {
-			t.Errorf("verdicts %v, want drop", got)
-		}
-		// The no-endpoints verdict changes: the kernel needs a delete
-		// before the add (the strict Fake checks it).
-		f.p.OnEndpointSliceDelete(remote)
-		f.sync()
-		if got := verdicts(trace(f)); !slices.Equal(got, []string{"reject"}) {
-			t.Errorf("verdicts %v, want reject", got)
-		}
-		tx := f.nft.LastTransaction.String()
-		del := strings.Index(tx, "delete element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 }")
-		add := strings.Index(tx, "add element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 : goto reject-chain }")
-		if del < 0 || add < del {
-			t.Errorf("the verdict change is not a delete followed by an add:\n%s", tx)
-		}
+		t.Run("PreferClose sends traffic to the local cluster only", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferClose)), local, remote)
+			if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("PreferClose fails over to other clusters when the local endpoints go", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone)), local, remote)
+			down := newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1"), notReady("10.1.0.2"))
+			f.p.OnEndpointSliceUpdate(local, down)
+			f.sync()
+			if diff := cmp.Diff([]string{"10.2.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			f.p.OnEndpointSliceUpdate(down, local)
+			f.sync()
+			if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("after recovery (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("the PreferLocalCluster setting applies PreferClose to every import", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PreferLocalCluster = true })
+			f.start(webImport(), local, remote)
+			if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("an unknown trafficDistribution is no preference", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withTrafficDistribution("Anywhere")), local, remote)
+			if got := endpoints(t, trace(f)); len(got) != 3 {
+				t.Errorf("endpoints %v, want all three", got)
+			}
+		})
+		t.Run("internalTrafficPolicy Local uses the local cluster's endpoints", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
+			if diff := cmp.Diff([]string{"10.1.0.1:8080", "10.1.0.2:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("internalTrafficPolicy Local with a node name uses this node's endpoints of the local cluster", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
+			f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), local, remote)
+			if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, trace(f))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("internalTrafficPolicy Local drops traffic when only other clusters have endpoints, and rejects when nobody has", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(withInternalTrafficPolicy(v1.ServiceInternalTrafficPolicyLocal)), remote)
+			if got := verdicts(trace(f)); !slices.Equal(got, []string{"drop"}) {
+				t.Errorf("verdicts %v, want drop", got)
+			}
+			// The no-endpoints verdict changes: the kernel needs a delete
+			// before the add (the strict Fake checks it).
+			f.p.OnEndpointSliceDelete(remote)
+			f.sync()
+			if got := verdicts(trace(f)); !slices.Equal(got, []string{"reject"}) {
+				t.Errorf("verdicts %v, want reject", got)
+			}
+			if mode != ModeNFTables {
+				return
+			}
+			tx := f.nft.LastTransaction.String()
+			del := strings.Index(tx, "delete element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 }")
+			add := strings.Index(tx, "add element ip mcsd no-endpoint-services { 243.1.0.10 . tcp . 80 : goto reject-chain }")
+			if del < 0 || add < del {
+				t.Errorf("the verdict change is not a delete followed by an add:\n%s", tx)
+			}
+		})
 	})
 }
 
@@ -416,66 +436,71 @@ func TestSessionAffinity(t *testing.T) {
 }
 
 func TestMasquerade(t *testing.T) {
-	t.Run("pod traffic keeps its source; other sources and the host are masqueraded", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		check := func(name string, p packet, want bool) {
-			for _, o := range f.tracer().trace(p) {
-				if o.verdict != "dnat" || o.masquerade != want {
-					t.Errorf("%s: outcome %v, want DNAT with masquerade=%v", name, o, want)
+	inEachMode(t, func(t *testing.T, mode Mode, newFixture fixtureFunc) {
+		t.Run("pod traffic keeps its source; other sources and the host are masqueraded", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			check := func(name string, p packet, want bool) {
+				for _, o := range f.trace(p) {
+					if o.verdict != "dnat" || o.masquerade != want {
+						t.Errorf("%s: outcome %v, want DNAT with masquerade=%v", name, o, want)
+					}
 				}
 			}
-		}
-		check("from a pod", pkt(podClient, vip, "tcp", 80), false)
-		check("from another host", pkt(hostClient, vip, "tcp", 80), true)
-		fromHost := pkt(hostClient, vip, "tcp", 80)
-		fromHost.fromHost = true
-		check("from the node", fromHost, true)
-	})
-	t.Run("an endpoint reaching itself through the ClusterSetIP is masqueraded", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		self := netip.MustParseAddr("10.1.0.1")
-		for _, o := range f.tracer().trace(pkt(self, vip, "tcp", 80)) {
-			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
-				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+			check("from a pod", pkt(podClient, vip, "tcp", 80), false)
+			check("from another host", pkt(hostClient, vip, "tcp", 80), true)
+			fromHost := pkt(hostClient, vip, "tcp", 80)
+			fromHost.fromHost = true
+			check("from the node", fromHost, true)
+		})
+		t.Run("an endpoint reaching itself through the ClusterSetIP is masqueraded", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			self := netip.MustParseAddr("10.1.0.1")
+			for _, o := range f.trace(pkt(self, vip, "tcp", 80)) {
+				if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
+					t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+				}
 			}
-		}
-	})
-	t.Run("with a node name, only this node's endpoints are hairpin candidates", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
-		f.start(webImport(),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b")))
-		var hairpin []string
-		for _, e := range f.nft.Table.Sets[hairpinConnectionsSet].Elements {
-			hairpin = append(hairpin, strings.Join(e.Key, " . "))
-		}
-		if diff := cmp.Diff([]string{"10.1.0.1 . 10.1.0.1 . tcp . 8080"}, hairpin); diff != "" {
-			t.Errorf("hairpin-connections (-want +got):\n%s", diff)
-		}
-		for _, o := range f.tracer().trace(pkt(netip.MustParseAddr("10.1.0.1"), vip, "tcp", 80)) {
-			if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
-				t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+		})
+		t.Run("with a node name, only this node's endpoints are hairpin candidates", func(t *testing.T) {
+			if mode != ModeNFTables {
+				t.Skip("inspects the nftables table")
 			}
-		}
-	})
-	t.Run("MasqueradeAll masquerades pod traffic too", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true })
-		f.start(append(webSlices(), webImport())...)
-		for _, o := range f.tracer().trace(pkt(podClient, vip, "tcp", 80)) {
-			if !o.masquerade {
-				t.Errorf("outcome %v not masqueraded", o)
+			f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.NodeName = thisNode })
+			f.start(webImport(),
+				newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, onNode(ready("10.1.0.1"), thisNode), onNode(ready("10.1.0.2"), "node-b")))
+			var hairpin []string
+			for _, e := range f.nft.Table.Sets[hairpinConnectionsSet].Elements {
+				hairpin = append(hairpin, strings.Join(e.Key, " . "))
 			}
-		}
-	})
-	t.Run("without pod CIDRs only hairpin traffic is masqueraded", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PodCIDRs = nil })
-		f.start(append(webSlices(), webImport())...)
-		for _, o := range f.tracer().trace(pkt(hostClient, vip, "tcp", 80)) {
-			if o.masquerade {
-				t.Errorf("outcome %v masqueraded", o)
+			if diff := cmp.Diff([]string{"10.1.0.1 . 10.1.0.1 . tcp . 8080"}, hairpin); diff != "" {
+				t.Errorf("hairpin-connections (-want +got):\n%s", diff)
 			}
-		}
+			for _, o := range f.trace(pkt(netip.MustParseAddr("10.1.0.1"), vip, "tcp", 80)) {
+				if want := o.endpoint == "10.1.0.1:8080"; o.masquerade != want {
+					t.Errorf("to %s: masquerade=%v, want %v", o.endpoint, o.masquerade, want)
+				}
+			}
+		})
+		t.Run("MasqueradeAll masquerades pod traffic too", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.MasqueradeAll = true })
+			f.start(append(webSlices(), webImport())...)
+			for _, o := range f.trace(pkt(podClient, vip, "tcp", 80)) {
+				if !o.masquerade {
+					t.Errorf("outcome %v not masqueraded", o)
+				}
+			}
+		})
+		t.Run("without pod CIDRs only hairpin traffic is masqueraded", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol, func(c *Config) { c.PodCIDRs = nil })
+			f.start(append(webSlices(), webImport())...)
+			for _, o := range f.trace(pkt(hostClient, vip, "tcp", 80)) {
+				if o.masquerade {
+					t.Errorf("outcome %v masqueraded", o)
+				}
+			}
+		})
 	})
 }
 
@@ -753,90 +778,94 @@ func TestFullSync(t *testing.T) {
 	})
 }
 
-// failingNFT fails every transaction while fail is set.
+// failingNFT fails every transaction while fail is set (only the next one
+// with once).
 type failingNFT struct {
 	knftables.Interface
-	fail bool
+	fail, once bool
 }
 
 func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if f.fail {
+		f.fail = !f.once
 		return errors.New("nft: simulated failure")
 	}
 	return f.Interface.Run(ctx, tx)
 }
 
 func TestConntrack(t *testing.T) {
-	dns := ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
-	addrs := func(ips ...string) []netip.Addr {
-		var out []netip.Addr
-		for _, ip := range ips {
-			out = append(out, netip.MustParseAddr(ip))
+	inEachMode(t, func(t *testing.T, _ Mode, newFixture fixtureFunc) {
+		dns := ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
+		addrs := func(ips ...string) []netip.Addr {
+			var out []netip.Addr
+			for _, ip := range ips {
+				out = append(out, netip.MustParseAddr(ip))
+			}
+			return out
 		}
-		return out
-	}
-	addrCmp := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
-	t.Run("a removed UDP endpoint: entries of the port not to an endpoint left are cleaned", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		f.ct.take()
-		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
-		f.sync()
-		calls := f.ct.take()
-		if len(calls) != 1 {
-			t.Fatalf("%d cleanups, want 1", len(calls))
-		}
-		want := map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
-		if diff := cmp.Diff(want, calls[0], addrCmp); diff != "" {
-			t.Errorf("cleaned (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a UDP port's first endpoints clean the entries made while it had none", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport())
-		f.ct.take()
-		f.add(webSlices()[0])
-		f.sync()
-		calls := f.ct.take()
-		if len(calls) != 1 {
-			t.Fatalf("%d cleanups, want 1", len(calls))
-		}
-		if diff := cmp.Diff(map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
-			t.Errorf("cleaned (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("a TCP-only change cleans nothing", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		f.ct.take()
-		f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8081), udp("dns", 53, 5353)}, ready("10.2.0.1"), ready("10.2.0.2")))
-		f.sync()
-		if calls := f.ct.take(); len(calls) != 0 {
-			t.Errorf("cleaned %v for a TCP change", calls)
-		}
-	})
-	t.Run("a deleted import cleans every entry of its UDP ports", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(append(webSlices(), webImport())...)
-		f.ct.take()
-		f.p.OnServiceImportDelete(webImport())
-		f.sync()
-		calls := f.ct.take()
-		if len(calls) != 1 {
-			t.Fatalf("%d cleanups, want 1", len(calls))
-		}
-		if eps, ok := calls[0][dns]; !ok || len(eps) != 0 {
-			t.Errorf("cleaned %v, want every entry of %v", calls[0], dns)
-		}
-	})
-	t.Run("of an endpoint in two slices the ready copy counts", func(t *testing.T) {
-		f := newFixture(t, v1.IPv4Protocol)
-		f.start(webImport(),
-			newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1")),
-			named(newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")), "web-moved"))
-		if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, f.tracer().trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
-			t.Errorf("endpoints (-want +got):\n%s", diff)
-		}
+		addrCmp := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+		t.Run("a removed UDP endpoint: entries of the port not to an endpoint left are cleaned", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			f.ct.take()
+			f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080), udp("dns", 53, 5353)}, ready("10.2.0.1")))
+			f.sync()
+			calls := f.ct.take()
+			if len(calls) != 1 {
+				t.Fatalf("%d cleanups, want 1", len(calls))
+			}
+			want := map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
+			if diff := cmp.Diff(want, calls[0], addrCmp); diff != "" {
+				t.Errorf("cleaned (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a UDP port's first endpoints clean the entries made while it had none", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport())
+			f.ct.take()
+			f.add(webSlices()[0])
+			f.sync()
+			calls := f.ct.take()
+			if len(calls) != 1 {
+				t.Fatalf("%d cleanups, want 1", len(calls))
+			}
+			if diff := cmp.Diff(map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
+				t.Errorf("cleaned (-want +got):\n%s", diff)
+			}
+		})
+		t.Run("a TCP-only change cleans nothing", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			f.ct.take()
+			f.p.OnEndpointSliceUpdate(nil, newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8081), udp("dns", 53, 5353)}, ready("10.2.0.1"), ready("10.2.0.2")))
+			f.sync()
+			if calls := f.ct.take(); len(calls) != 0 {
+				t.Errorf("cleaned %v for a TCP change", calls)
+			}
+		})
+		t.Run("a deleted import cleans every entry of its UDP ports", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(append(webSlices(), webImport())...)
+			f.ct.take()
+			f.p.OnServiceImportDelete(webImport())
+			f.sync()
+			calls := f.ct.take()
+			if len(calls) != 1 {
+				t.Fatalf("%d cleanups, want 1", len(calls))
+			}
+			if eps, ok := calls[0][dns]; !ok || len(eps) != 0 {
+				t.Errorf("cleaned %v, want every entry of %v", calls[0], dns)
+			}
+		})
+		t.Run("of an endpoint in two slices the ready copy counts", func(t *testing.T) {
+			f := newFixture(t, v1.IPv4Protocol)
+			f.start(webImport(),
+				newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, notReady("10.1.0.1")),
+				named(newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")), "web-moved"))
+			if diff := cmp.Diff([]string{"10.1.0.1:8080"}, endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80)))); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
 	})
 }
 

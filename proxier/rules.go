@@ -223,9 +223,10 @@ type element struct {
 	value     string
 }
 
-// renderedService is everything one ServiceImport puts in nftables: the
-// outcome of render, kept after a successful sync as the committed state
-// the next sync is diffed against.
+// renderedService is everything one ServiceImport puts in nftables (in
+// iptables mode: in iptables): the outcome of render (renderIPTables), kept
+// after a successful sync as the committed state the next sync is diffed
+// against. vip, slots and endpoints mean the same in both modes.
 type renderedService struct {
 	vip string
 	// chains maps each shared chain this service's elements point to, to
@@ -239,6 +240,9 @@ type renderedService struct {
 	slots map[portKey][]endpoint
 	// endpoints counts the endpoints over all ports, for logs.
 	endpoints int
+	// iptables holds the service's rules in iptables mode, where chains
+	// and elements are unused.
+	iptables *iptablesService
 }
 
 // portKey names a service port among those of one ClusterSetIP.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,27 +65,7 @@ func (p *Proxier) syncProxyRules() error {
 		return nil
 	}
 
-	// The services to write: all of them (and those to remove) on a
-	// rewrite, the changed ones otherwise.
-	write := changed
-	if rewrite {
-		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
-		for name := range p.services {
-			write[name] = true
-		}
-		for name := range p.committed {
-			write[name] = true
-		}
-	}
-	names := make([]types.NamespacedName, 0, len(write))
-	for name := range write {
-		names = append(names, name)
-	}
-	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
-	renders := make(map[types.NamespacedName]*renderedService, len(names))
-	for _, name := range names {
-		renders[name] = p.render(name)
-	}
+	names, renders := p.renderServices(changed, rewrite, p.render)
 
 	tx := p.nft.NewTransaction()
 	if rewrite {
@@ -123,6 +104,22 @@ func (p *Proxier) syncProxyRules() error {
 		return err
 	}
 
+	p.chainUsers, p.chainRules = users, rules
+	p.commit(names, renders, full, start)
+
+	now := p.clock.Now()
+	p.observeSync(start, now, full, changes)
+	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(p.elements.count(noEndpointServicesMap, dropVerdict)))
+	p.synced()
+	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
+		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
+	return nil
+}
+
+// commit makes renders of names the committed state once the kernel has
+// taken them, tells the VIP report, and cleans conntrack where a datagram
+// port's endpoints changed (everywhere on a full sync).
+func (p *Proxier) commit(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService, full bool, start time.Time) {
 	conntrackChanged, goneDatagramPorts := p.conntrackChanges(names, renders)
 	for _, name := range names {
 		p.uncarry(p.committed[name])
@@ -133,7 +130,6 @@ func (p *Proxier) syncProxyRules() error {
 		}
 		p.carry(renders[name])
 	}
-	p.chainUsers, p.chainRules = users, rules
 	if full {
 		p.needRewrite = false
 		p.lastFullSync = start
@@ -152,8 +148,39 @@ func (p *Proxier) syncProxyRules() error {
 	if conntrackChanged || full {
 		p.cleanConntrack(goneDatagramPorts)
 	}
+}
 
-	now := p.clock.Now()
+// renderServices renders, through render, the services to write, sorted by
+// name: all of them (and those to remove) when all is set, the changed ones
+// otherwise.
+func (p *Proxier) renderServices(changed map[types.NamespacedName]bool, all bool,
+	render func(types.NamespacedName) *renderedService) ([]types.NamespacedName, map[types.NamespacedName]*renderedService) {
+	write := changed
+	if all {
+		write = make(map[types.NamespacedName]bool, len(p.services)+len(p.committed))
+		for name := range p.services {
+			write[name] = true
+		}
+		for name := range p.committed {
+			write[name] = true
+		}
+	}
+	names := slices.SortedFunc(maps.Keys(write), compareNames)
+	renders := make(map[types.NamespacedName]*renderedService, len(names))
+	for _, name := range names {
+		renders[name] = render(name)
+	}
+	return names, renders
+}
+
+// compareNames orders services by namespace/name.
+func compareNames(a, b types.NamespacedName) int {
+	return strings.Compare(a.String(), b.String())
+}
+
+// observeSync records a successful sync's duration, full or partial, and
+// how long each change it applied waited.
+func (p *Proxier) observeSync(start, now time.Time, full bool, changes checkout) {
 	elapsed := now.Sub(start).Seconds()
 	p.metrics.syncDuration.WithLabelValues(string(p.family)).Observe(elapsed)
 	if full {
@@ -161,7 +188,6 @@ func (p *Proxier) syncProxyRules() error {
 	} else {
 		p.metrics.syncPartialDuration.WithLabelValues(string(p.family)).Observe(elapsed)
 	}
-	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(p.elements.count(noEndpointServicesMap, dropVerdict)))
 	for name, times := range changes.triggers {
 		for _, t := range times {
 			latency := now.Sub(t)
@@ -169,10 +195,6 @@ func (p *Proxier) syncProxyRules() error {
 			p.logger.V(4).Info("Network programming", "serviceImport", name, "elapsed", latency)
 		}
 	}
-	p.synced()
-	p.logger.V(2).Info("Synced nftables rules", "sync", kind, "elapsed", now.Sub(start),
-		"services", len(p.committed), "servicePorts", p.elements.len(serviceIPsMap)+p.elements.len(noEndpointServicesMap))
-	return nil
 }
 
 // synced records that the queued changes are applied.
@@ -257,15 +279,21 @@ func (p *Proxier) vipOwner(vip string) (types.NamespacedName, bool) {
 // ClusterSetIP.
 func (p *Proxier) render(name types.NamespacedName) *renderedService {
 	svc := p.services[name]
-	if svc == nil {
-		return nil
-	}
-	if owner, _ := p.vipOwner(svc.vip); owner != name {
-		p.logger.Error(nil, "ServiceImport has the ClusterSetIP of an older import; not programming it until that is resolved",
-			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
+	if svc == nil || !p.ownsVIP(name, svc) {
 		return nil
 	}
 	return render(svc, p.slices[name], p.policy, p.words, p.committed[name])
+}
+
+// ownsVIP says whether name is the import its ClusterSetIP is programmed
+// for, and logs the conflict when it is not.
+func (p *Proxier) ownsVIP(name types.NamespacedName, svc *serviceInfo) bool {
+	if owner, _ := p.vipOwner(svc.vip); owner != name {
+		p.logger.Error(nil, "ServiceImport has the ClusterSetIP of an older import; not programming it until that is resolved",
+			"serviceImport", name, "clustersetIP", svc.vip, "owner", owner)
+		return false
+	}
+	return true
 }
 
 // writeServices adds to tx the changes that take the given services from

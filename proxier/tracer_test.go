@@ -200,6 +200,9 @@ type outcome struct {
 	affinity string
 	// trail lists the rules that acted, for failure messages.
 	trail []string
+	// weight is the probability of this outcome, where the tracer knows
+	// it (the iptables tracer; the nftables one leaves it zero).
+	weight float64
 }
 
 func (o outcome) String() string {
@@ -250,6 +253,9 @@ type traceState struct {
 	affinity   string
 	verdict    string // set once a terminal statement ran
 	trail      []string
+	// weight is the probability of this path, where the tracer knows it
+	// (the iptables tracer's statistic matches).
+	weight float64
 }
 
 // trace sends pkt through the nat hook before routing, the filter hook and
@@ -284,7 +290,7 @@ func (tr *tracer) trace(pkt packet) []outcome {
 }
 
 func (st traceState) outcome() outcome {
-	o := outcome{verdict: st.verdict, endpoint: st.endpoint, masquerade: st.masquerade, affinity: st.affinity, trail: st.trail}
+	o := outcome{verdict: st.verdict, endpoint: st.endpoint, masquerade: st.masquerade, affinity: st.affinity, trail: st.trail, weight: st.weight}
 	if o.verdict == "" || o.verdict == "accept" {
 		o.verdict = "accept"
 		if st.dnat {

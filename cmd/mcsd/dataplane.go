@@ -95,18 +95,37 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 	return dp, nil
 }
 
-// newProxier builds one proxier per IP family, programming nftables (and
-// clearing conntrack entries) in the --netns namespace.
+// newProxier builds one proxier per IP family, programming nftables or
+// iptables (--proxier-mode) and clearing conntrack entries in the --netns
+// namespace. The other mode's rules, from an earlier run, are deleted first.
 func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver) (proxier.Provider, *proxier.Health, error) {
-	if err := proxier.CheckRequirements(context.Background()); err != nil {
-		return nil, nil, fmt.Errorf("proxier: %w (or leave the proxier out of --components)", err)
+	ctx := context.Background()
+	mode, err := proxier.ResolveMode(ctx, o.proxierMode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--proxier-mode=%s: %w (or leave the proxier out of --components)", o.proxierMode, err)
+	}
+	if mode == proxier.ModeIPTables {
+		err = proxier.CheckIPTablesRequirements()
+	} else {
+		err = proxier.CheckRequirements(ctx)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxier: %w (or choose another --proxier-mode, or leave the proxier out of --components)", err)
+	}
+	klog.InfoS("Proxier mode", "mode", mode, "requested", o.proxierMode)
+	inNetns := func(fn func() error) error { return nsenter.Do(o.netns, fn) }
+	if err := proxier.CleanupOtherMode(ctx, mode, inNetns); err != nil {
+		klog.ErrorS(err, "Could not delete the rules of the other proxier mode; they may still catch ClusterSetIP traffic", "mode", mode)
 	}
 	health := proxier.NewHealth(o.healthTimeout, nil)
 	var conntrack proxier.Conntrack
 	var counter proxier.RuleCounter
-	if err := nsenter.Do(o.netns, func() (err error) {
+	if err := inNetns(func() (err error) {
 		if conntrack, err = proxier.NewConntrack(); err != nil {
 			return err
+		}
+		if mode == proxier.ModeIPTables {
+			return nil
 		}
 		counter, err = proxier.NewNetlinkRuleCounter()
 		return err
@@ -114,6 +133,7 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		return nil, nil, fmt.Errorf("proxier: %w", err)
 	}
 	cfg := proxier.Config{
+		Mode:               mode,
 		ClusterID:          clusterID,
 		NodeName:           o.nodeName,
 		Conntrack:          conntrack,
@@ -129,34 +149,56 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		Health:             health,
 		VIPObserver:        observer,
 	}
-	tables := map[corev1.IPFamily]knftables.Interface{}
-	for _, family := range o.ipFamilies {
-		nftFamily := knftables.IPv4Family
-		if family == corev1.IPv6Protocol {
-			nftFamily = knftables.IPv6Family
+	var provider proxier.Provider
+	if mode == proxier.ModeIPTables {
+		ipts := map[corev1.IPFamily]proxier.IPTables{}
+		for _, family := range o.ipFamilies {
+			if ipts[family], err = proxier.NewIPTablesIn(family, inNetns); err != nil {
+				return nil, nil, fmt.Errorf("proxier: iptables for %s (or drop the family from --ip-families): %w", family, err)
+			}
 		}
-		nft, err := nsenter.NewNFTables(o.netns, nftFamily, proxier.TableName)
-		if err != nil {
-			return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= %s and kernel >= %s; or drop the family from --ip-families): %w",
-				family, proxier.MinNFTVersion, proxier.MinKernelVersion, err)
+		provider, err = providerOf(cfg, ipts, proxier.NewDualStackIPTables, func(c *proxier.Config, ipt proxier.IPTables) { c.IPTables = ipt })
+	} else {
+		tables := map[corev1.IPFamily]knftables.Interface{}
+		for _, family := range o.ipFamilies {
+			nftFamily := knftables.IPv4Family
+			if family == corev1.IPv6Protocol {
+				nftFamily = knftables.IPv6Family
+			}
+			if tables[family], err = nsenter.NewNFTables(o.netns, nftFamily, proxier.TableName); err != nil {
+				return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= %s and kernel >= %s; or drop the family from --ip-families): %w",
+					family, proxier.MinNFTVersion, proxier.MinKernelVersion, err)
+			}
 		}
-		tables[family] = nft
+		provider, err = providerOf(cfg, tables, proxier.NewDualStack, func(c *proxier.Config, nft knftables.Interface) { c.NFTables = nft })
 	}
-	if len(tables) == 2 {
-		ds, err := proxier.NewDualStack(cfg, tables[corev1.IPv4Protocol], tables[corev1.IPv6Protocol])
-		if err != nil {
-			return nil, nil, err
-		}
-		return ds, health, nil
-	}
-	for family, nft := range tables {
-		cfg.IPFamily, cfg.NFTables = family, nft
-	}
-	p, err := proxier.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return p, health, nil
+	return provider, health, nil
+}
+
+// providerOf is a DualStack over both families' kernel interfaces (nftables
+// or iptables) when there are two, else the one family's Proxier, whose
+// interface set puts in its Config.
+func providerOf[T any](cfg proxier.Config, ifaces map[corev1.IPFamily]T,
+	dual func(proxier.Config, T, T) (*proxier.DualStack, error), set func(*proxier.Config, T)) (proxier.Provider, error) {
+	if len(ifaces) == 2 {
+		ds, err := dual(cfg, ifaces[corev1.IPv4Protocol], ifaces[corev1.IPv6Protocol])
+		if err != nil {
+			return nil, err
+		}
+		return ds, nil
+	}
+	for family, iface := range ifaces {
+		cfg.IPFamily = family
+		set(&cfg, iface)
+	}
+	p, err := proxier.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // run serves DNS and programs the proxier until ctx ends. The proxier's

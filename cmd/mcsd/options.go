@@ -71,6 +71,7 @@ type options struct {
 	netns         string
 	nodeName      string
 	ipFamilies    []corev1.IPFamily
+	proxierMode   proxier.Mode
 	minSync       time.Duration
 	syncPeriod    time.Duration
 	fullSync      time.Duration
@@ -90,7 +91,7 @@ type options struct {
 
 // rawFlags holds flag values that need parsing after flag.Parse.
 type rawFlags struct {
-	components, clusterSetCIDRs, clusterVIPCIDRs, ipFamilies, podCIDRs, masqMark string
+	components, clusterSetCIDRs, clusterVIPCIDRs, ipFamilies, podCIDRs, masqMark, proxierMode string
 
 	dnsReverseCIDRs string
 }
@@ -136,6 +137,7 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
 	fs.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families the proxier programs")
+	fs.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
 	fs.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	fs.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
 	fs.DurationVar(&o.fullSync, "proxier-full-sync-period", proxier.DefaultFullSyncPeriod, "how often the proxier counts the rules of each of its chains and rewrites those changed behind its back")
@@ -299,6 +301,9 @@ func (o *options) complete(raw *rawFlags) error {
 	}
 	if len(o.ipFamilies) == 0 {
 		bad("ip-families", "no IP family given")
+	}
+	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
+		bad("proxier-mode", "%v", err)
 	}
 	if o.minSync <= 0 {
 		bad("proxier-min-sync-period", "must be positive, got %v", o.minSync)

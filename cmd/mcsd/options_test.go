@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcsd-io/mcsd/proxier"
 )
 
 func parse(t *testing.T, args ...string) (*options, error) {
@@ -52,6 +54,7 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families"},
 		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark"},
 		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs"},
+		{"an unknown proxier mode", []string{"--proxier-mode=ipvs"}, "--proxier-mode"},
 		{"a sync period shorter than the minimum", []string{"--proxier-min-sync-period=10s", "--proxier-sync-period=1s"}, "--proxier-sync-period"},
 		{"a network namespace that does not exist", []string{"--netns=/run/netns/nonexistent-mcsd"}, "--netns"},
 		{"a metrics address without a port", []string{"--metrics-address=localhost"}, "--metrics-address"},
@@ -85,13 +88,17 @@ func TestGoodFlags(t *testing.T) {
 		if len(o.clusterSetCIDRs) != 2 || len(o.ipFamilies) != 2 {
 			t.Fatalf("clusterset CIDRs %v, families %v: want both families by default", o.clusterSetCIDRs, o.ipFamilies)
 		}
+		if o.proxierMode != proxier.ModeNFTables {
+			t.Fatalf("proxier mode %q, want nftables by default", o.proxierMode)
+		}
 	})
 	t.Run("the data plane alone needs no broker", func(t *testing.T) {
-		o, err := parse(t, "--components=dns,proxier", "--ip-families=IPv4", "--pod-cidrs=10.244.0.0/16, fd00::/64", "--masquerade-mark=0x4000")
+		o, err := parse(t, "--components=dns,proxier", "--ip-families=IPv4", "--pod-cidrs=10.244.0.0/16, fd00::/64", "--masquerade-mark=0x4000",
+			"--proxier-mode=iptables")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.runsControllers() || o.masqMark != 0x4000 || len(o.podCIDRs) != 2 {
+		if o.runsControllers() || o.masqMark != 0x4000 || len(o.podCIDRs) != 2 || o.proxierMode != proxier.ModeIPTables {
 			t.Fatalf("parsed %+v", o)
 		}
 	})

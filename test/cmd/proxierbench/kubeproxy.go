@@ -34,8 +34,6 @@ import (
 const (
 	kubeProxyMetrics = "127.0.0.1:10249"
 	kubeProxyHealthz = "127.0.0.1:10256"
-	// kube-proxy's own table name in each family.
-	kubeProxyTable = "kube-proxy"
 	// creators is how many clients create objects at once.
 	creators = 32
 	// managedBy marks the bench's EndpointSlices as nobody's controller's.
@@ -44,8 +42,9 @@ const (
 	syncTimeout = 20 * time.Minute
 )
 
-// kubeProxyBench is kube-proxy in nftables mode on a harness node against a
-// real API server, whose Services grow with the sizes measured.
+// kubeProxyBench is kube-proxy (in nftables or iptables mode) on a harness
+// node against a real API server, whose Services grow with the sizes
+// measured.
 type kubeProxyBench struct {
 	bin     string
 	cs      *harness.ClusterSet
@@ -97,10 +96,11 @@ func (b *kubeProxyBench) grow(ctx context.Context, n int) error {
 	return nil
 }
 
-// measure runs kube-proxy once on the n Services.
-func (b *kubeProxyBench) measure(ctx context.Context, n int) (syncTimes, error) {
+// measure runs kube-proxy once on the n Services, in mode ("nftables" or
+// "iptables").
+func (b *kubeProxyBench) measure(ctx context.Context, mode string, n int) (syncTimes, error) {
 	b.runs++
-	res, err := runKubeProxy(ctx, b.bin, b.cs, b.c, b.node, b.kube, n, b.runs)
+	res, err := runKubeProxy(ctx, b.bin, mode, b.cs, b.c, b.node, b.kube, n, b.runs)
 	if err != nil {
 		return res, fmt.Errorf("%d Services: %w", n, err)
 	}
@@ -180,12 +180,13 @@ func createServices(ctx context.Context, kube kubernetes.Interface, from, to int
 
 // runKubeProxy starts kube-proxy on the node, waits for its first full
 // sync, changes one Service's endpoints a few times, and stops it.
-func runKubeProxy(ctx context.Context, bin string, cs *harness.ClusterSet, c *harness.Cluster, node *harness.Node,
+func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet, c *harness.Cluster, node *harness.Node,
 	kube kubernetes.Interface, n, run int) (syncTimes, error) {
 	res := syncTimes{load: loadAverage()}
-	// Start from an empty node, as the proxier does.
-	for _, family := range []string{"ip", "ip6"} {
-		_, _ = node.NS.Exec("nft", "delete", "table", family, kubeProxyTable)
+	// Start from an empty node, as the proxier does: kube-proxy --cleanup
+	// deletes the rules of each of its modes.
+	if _, err := node.NS.Exec(bin, "--cleanup"); err != nil {
+		return res, fmt.Errorf("kube-proxy --cleanup: %w", err)
 	}
 	// The kubeconfig names the API server on 127.0.0.1, which inside the
 	// node's namespace is the node's own loopback: forward that port to the
@@ -210,7 +211,7 @@ func runKubeProxy(ctx context.Context, bin string, cs *harness.ClusterSet, c *ha
 	defer cancel()
 	cmd := node.NS.Command(runCtx, bin,
 		"--kubeconfig="+c.KubeconfigPath,
-		"--proxy-mode=nftables",
+		"--proxy-mode="+mode,
 		"--hostname-override="+node.Name,
 		"--cluster-cidr="+c.PodCIDR.String(),
 		"--metrics-bind-address="+kubeProxyMetrics,

@@ -1,10 +1,10 @@
-// Command proxierbench measures the proxier with the real nft binary in
-// network namespaces it creates, side by side with kube-proxy in nftables
-// mode against a real API server holding Services of the same shape, and
-// prints the figures. It judges nothing: the numbers are for people (and
-// proxier/README.md). It needs root, nft and ip; the kube-proxy part needs
-// the harness binaries and a kube-proxy binary (make bench-proxier builds
-// both).
+// Command proxierbench measures the proxier with the real nft (or iptables)
+// binaries in network namespaces it creates, side by side with kube-proxy in
+// the same mode against a real API server holding Services of the same
+// shape, and prints the figures. It judges nothing: the numbers are for
+// people (and proxier/README.md). It needs root, nft, iptables and ip; the
+// kube-proxy part needs the harness binaries and a kube-proxy binary (make
+// bench-proxier builds both).
 //
 // Each size is measured PROXIER_BENCH_RUNS times on each side, alternating
 // which side goes first, and the summary gives the median and the spread
@@ -14,6 +14,8 @@
 //
 // Environment:
 //
+//	PROXIER_BENCH_MODES             proxier modes, each against kube-proxy in the same mode
+//	                                (default nftables,iptables)
 //	PROXIER_BENCH_SIZES             ServiceImports per run (default 1000,10000,30000)
 //	PROXIER_BENCH_KUBE_PROXY_SIZES  sizes kube-proxy runs at (default: PROXIER_BENCH_SIZES); the
 //	                                others are skipped, and the output says so
@@ -37,6 +39,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/proxier"
 )
 
 // Every service of every run has the same shape: two TCP ports, ten ready
@@ -83,11 +87,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	var modes []proxier.Mode
+	for _, m := range strings.Split(envOr("PROXIER_BENCH_MODES", "nftables,iptables"), ",") {
+		mode, err := proxier.ParseMode(strings.TrimSpace(m))
+		if err != nil || mode == proxier.ModeAuto {
+			return fmt.Errorf("PROXIER_BENCH_MODES: %q is not nftables or iptables", m)
+		}
+		modes = append(modes, mode)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("proxierbench: sizes %v, %d runs per size and side, %d TCP ports x %d endpoints per service; nft %s; %d CPUs\n",
-		sizes, runs, len(benchPorts), endpointsPerService, nftVersion(), runtime.NumCPU())
+	fmt.Printf("proxierbench: modes %v, sizes %v, %d runs per size and side, %d TCP ports x %d endpoints per service; %s; %s; %d CPUs\n",
+		modes, sizes, runs, len(benchPorts), endpointsPerService, version("nft"), version("iptables"), runtime.NumCPU())
 
 	topo, err := newTopology()
 	if err != nil {
@@ -114,11 +126,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	alone, err := mcsdOnce(ctx, topo, 0, true, samples)
+	fmt.Printf("first-packet TCP connect, direct to the backend:          %s  [load %s]\n", direct, loadAverage())
+	for _, mode := range modes {
+		if err := benchMode(ctx, topo, kp, mode, sizes, kpSizes, runs, samples); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchMode measures the proxier in one mode, and kube-proxy in the same
+// mode, at every size.
+func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode proxier.Mode, sizes, kpSizes []int, runs, samples int) error {
+	fmt.Printf("\n== %s mode ==\n", mode)
+	alone, err := mcsdOnce(ctx, topo, mode, 0, true, samples)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("first-packet TCP connect, direct to the backend:          %s  [load %s]\n", direct, loadAverage())
 	fmt.Printf("first-packet TCP connect, ClusterSetIP, 1 import:         %s  [load %s]\n", alone.lat, alone.times.load)
 
 	mcsd, kpRes := map[int][]syncTimes{}, map[int][]syncTimes{}
@@ -142,7 +166,7 @@ func run() error {
 			for _, side := range sides {
 				switch {
 				case side == "mcsd":
-					r, err := mcsdOnce(ctx, topo, n, run == 0 && n == sizes[len(sizes)-1], samples)
+					r, err := mcsdOnce(ctx, topo, mode, n, run == 0 && n == sizes[len(sizes)-1], samples)
 					if err != nil {
 						return fmt.Errorf("proxier, %d imports: %w", n, err)
 					}
@@ -153,7 +177,7 @@ func run() error {
 					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s  [load %s]\n",
 						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check), r.times.load)
 				case withKP:
-					r, err := kp.measure(ctx, n)
+					r, err := kp.measure(ctx, string(mode), n)
 					if err != nil {
 						fmt.Printf("kube-proxy: stopped: %v\n", err)
 						withKP = false
@@ -169,7 +193,7 @@ func run() error {
 	if largest.p50 > 0 {
 		fmt.Printf("first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: %s)\n", sizes[len(sizes)-1]+1, largest, alone.lat)
 	}
-	printSummary(sizes, mcsd, kpRes)
+	printSummary(mode, sizes, mcsd, kpRes)
 	return nil
 }
 
@@ -179,8 +203,8 @@ type mcsdResult struct {
 	lat   latency
 }
 
-func mcsdOnce(ctx context.Context, topo *topology, n int, withLatency bool, samples int) (mcsdResult, error) {
-	run, err := newProxierRun(topo)
+func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, withLatency bool, samples int) (mcsdResult, error) {
+	run, err := newProxierRun(topo, mode)
 	if err != nil {
 		return mcsdResult{}, err
 	}
@@ -207,9 +231,9 @@ func loadAverage() string {
 	return strings.Fields(string(b))[0]
 }
 
-func printSummary(sizes []int, mcsd, kp map[int][]syncTimes) {
+func printSummary(mode proxier.Mode, sizes []int, mcsd, kp map[int][]syncTimes) {
 	fmt.Println()
-	fmt.Println("sync times, median [lowest - highest] of the runs, as each reports in sync_{full,partial}_proxy_rules_duration_seconds")
+	fmt.Printf("%s mode: sync times, median [lowest - highest] of the runs, as each reports in sync_{full,partial}_proxy_rules_duration_seconds\n", mode)
 	fmt.Printf("%8s  %-28s %-28s %-26s %-26s %7s %7s  %s\n", "services", "mcsd full", "kube-proxy full", "mcsd partial", "kube-proxy partial", "full/kp", "part/kp", "load")
 	for _, n := range sizes {
 		m, k := mcsd[n], kp[n]
@@ -238,7 +262,7 @@ func printSummary(sizes []int, mcsd, kp map[int][]syncTimes) {
 	}
 	fmt.Println("(full/kp, part/kp: mcsd's median over kube-proxy's; load: 1-minute load average at the start of each run)")
 	fmt.Println()
-	fmt.Println("mcsd's periodic work: resync (every full sync period), a change made as a resync starts (time until it is carried), table check (netlink count of one chain, every sync period)")
+	fmt.Println("mcsd's periodic work: resync (every full sync period), a change made as a resync starts (time until it is carried), table check (every sync period: a netlink count of one chain in nftables mode, iptables -C of the PREROUTING jump in iptables mode)")
 	for _, n := range sizes {
 		m := mcsd[n]
 		if len(m) == 0 {
@@ -310,12 +334,20 @@ func joinSizes(sizes []int) string {
 	return strings.Join(s, ",")
 }
 
-func nftVersion() string {
-	out, err := exec.Command("nft", "--version").Output()
+// version is what cmd --version prints.
+func version(cmd string) string {
+	out, err := exec.Command(cmd, "--version").Output()
 	if err != nil {
-		return "(unknown)"
+		return cmd + " (unknown version)"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,13 @@ const (
 )
 
 // latencyVIP is the ClusterSetIP whose endpoint is the topology's backend.
-const latencyVIP = "243.63.255.1"
+// Its import's name sorts after every "svc-N", so that in iptables mode its
+// rule is the last of MCSD-SERVICES and a connect to it walks all the
+// others, the worst case.
+const (
+	latencyVIP    = "243.63.255.1"
+	latencyImport = "zz-latency"
+)
 
 var (
 	vipBase      = netip.MustParseAddr("243.64.0.0")
@@ -102,8 +110,10 @@ func benchEndpoints(i int) (local, remote []netip.Addr) {
 // proxierRun is one proxier programming the topology's node from scratch.
 type proxierRun struct {
 	topo     *topology
+	mode     proxier.Mode
 	reg      *prometheus.Registry
 	nft      knftables.Interface
+	ipt      proxier.IPTables
 	counter  proxier.RuleCounter
 	p        *proxier.Proxier
 	clock    *shiftedClock
@@ -112,16 +122,22 @@ type proxierRun struct {
 	done     chan struct{}
 }
 
-func newProxierRun(topo *topology) (*proxierRun, error) {
-	// Each run starts from an empty node: no leftovers.
-	_, _ = topo.node.Exec("nft", "delete", "table", "ip", proxier.TableName)
-	r := &proxierRun{topo: topo, reg: prometheus.NewRegistry(), clock: &shiftedClock{}, observer: newVIPWaiter()}
+func newProxierRun(topo *topology, mode proxier.Mode) (*proxierRun, error) {
+	r := &proxierRun{topo: topo, mode: mode, reg: prometheus.NewRegistry(), clock: &shiftedClock{}, observer: newVIPWaiter()}
 	var ct proxier.Conntrack
 	err := topo.node.Do(func() (err error) {
-		if r.nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
-			return err
+		// Each run starts from an empty node: no leftovers of either mode.
+		_ = proxier.CleanupLeftovers(context.Background())
+		_ = proxier.CleanupIPTablesLeftovers(context.Background())
+		if mode == proxier.ModeIPTables {
+			r.ipt, err = proxier.NewIPTablesIn(v1.IPv4Protocol, topo.node.Do)
+		} else {
+			if r.nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
+				return err
+			}
+			r.counter, err = proxier.NewNetlinkRuleCounter()
 		}
-		if r.counter, err = proxier.NewNetlinkRuleCounter(); err != nil {
+		if err != nil {
 			return err
 		}
 		ct, err = proxier.NewConntrack()
@@ -131,6 +147,8 @@ func newProxierRun(topo *topology) (*proxierRun, error) {
 		return nil, err
 	}
 	r.p, err = proxier.New(proxier.Config{
+		Mode:      mode,
+		IPTables:  r.ipt,
 		ClusterID: localCluster,
 		// As mcsd --node-name: the endpoints run on other nodes, so no
 		// hairpin entries (kube-proxy likewise only marks this node's).
@@ -158,8 +176,8 @@ func newProxierRun(topo *topology) (*proxierRun, error) {
 func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, samples int) (syncTimes, latency, error) {
 	res := syncTimes{load: loadAverage()}
 	var lat latency
-	r.p.OnServiceImportAdd(benchImport("latency", latencyVIP))
-	r.p.OnEndpointSliceAdd(benchSlice("latency", localCluster, []netip.Addr{netip.MustParseAddr(backendAddr)},
+	r.p.OnServiceImportAdd(benchImport(latencyImport, latencyVIP))
+	r.p.OnEndpointSliceAdd(benchSlice(latencyImport, localCluster, []netip.Addr{netip.MustParseAddr(backendAddr)},
 		func(int) int32 { return backendPort }))
 	slices := make([]*discoveryv1.EndpointSlice, n)
 	for i := 0; i < n; i++ {
@@ -327,7 +345,27 @@ const syncWait = 10 * time.Minute
 // tableCheck times what the proxier runs once per sync period to notice a
 // table flushed or deleted behind its back: a netlink count of the rules of
 // its nat-prerouting chain.
+//
+// In iptables mode it is "iptables -C" of the jump from nat PREROUTING,
+// which reads the nat table; timed here with a rule of that chain.
 func (r *proxierRun) tableCheck() (time.Duration, error) {
+	if r.mode == proxier.ModeIPTables {
+		var elapsed time.Duration
+		err := r.topo.node.Do(func() error {
+			start := time.Now()
+			err := exec.Command("iptables", "-w", "5", "-t", "nat", "-C", "PREROUTING", "-j", "MCSD-SERVICES").Run()
+			elapsed = time.Since(start)
+			// Status 1: no such rule (the real jump has a comment too).
+			if exit := (*exec.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == 1 {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("iptables -C in the node: %w", err)
+		}
+		return elapsed, nil
+	}
 	var elapsed time.Duration
 	err := r.topo.node.Do(func() error {
 		start := time.Now()
