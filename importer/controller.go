@@ -471,7 +471,7 @@ func (c *Controller) observeLease(l *coordinationv1.Lease) {
 	if !ok {
 		return
 	}
-	if c.book.observe(cluster, leaseVersion(l)) {
+	if c.book.observe(cluster, versionOf(l)) {
 		c.clusterQueue.Add(cluster)
 	}
 }

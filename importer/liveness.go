@@ -3,6 +3,7 @@ package importer
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,7 +41,7 @@ type leaseBook struct {
 // leaseSeen is the last version of a cluster's Lease this importer saw and
 // when, on its own clock.
 type leaseSeen struct {
-	version  string
+	version  leaseVersion
 	observed time.Time
 }
 
@@ -48,13 +49,27 @@ func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leas
 	return &leaseBook{clock: clk, ttl: ttl, local: local, seen: map[string]leaseSeen{}, reported: map[string]bool{}}
 }
 
-// leaseVersion is what changes when a cluster renews its Lease: the
-// renewTime it wrote, or, for a Lease without one, its resourceVersion.
-func leaseVersion(l *coordinationv1.Lease) string {
+// leaseVersion is one version of a cluster's Lease as the book compares
+// them: renew is what changes when the cluster renews it (the renewTime it
+// wrote, or, for a Lease without one, its resourceVersion), and revision
+// orders the versions of the Lease (its resourceVersion as a number; 0 when
+// it is not one).
+type leaseVersion struct {
+	renew    string
+	revision uint64
+}
+
+func versionOf(l *coordinationv1.Lease) leaseVersion {
+	v := leaseVersion{renew: "rv:" + l.ResourceVersion}
 	if l.Spec.RenewTime != nil {
-		return l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		v.renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	}
-	return "rv:" + l.ResourceVersion
+	// An etcd-backed API server's resourceVersions are its revisions,
+	// increasing with every write. The book hears of a Lease from two
+	// sources (the informer's watch and the probe's list) that may deliver
+	// versions out of order; the revision tells an old one from a renewal.
+	v.revision, _ = strconv.ParseUint(l.ResourceVersion, 10, 64)
+	return v
 }
 
 // leaseCluster returns the cluster a broker Lease is the heartbeat of, and
@@ -67,16 +82,24 @@ func leaseCluster(l *coordinationv1.Lease) (string, bool) {
 	return cluster, true
 }
 
-// observe records the current version of cluster's Lease. It returns true
-// when the version differs from the last one seen: a renewal.
-func (b *leaseBook) observe(cluster, version string) bool {
+// observe records a version of cluster's Lease. It returns true for a
+// renewal: a version newer than the last one seen (by revision, when both
+// have one) that renews it. A version older than the last one seen, which
+// a lagging watch may still deliver, changes nothing.
+func (b *leaseBook) observe(cluster string, v leaseVersion) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.seen[cluster]
-	if ok && s.version == version {
+	if ok && v.revision != 0 && s.version.revision != 0 && v.revision <= s.version.revision {
 		return false
 	}
-	b.seen[cluster] = leaseSeen{version: version, observed: b.clock.Now()}
+	if ok && s.version.renew == v.renew {
+		// A write that did not renew it (its labels, say).
+		s.version = v
+		b.seen[cluster] = s
+		return false
+	}
+	b.seen[cluster] = leaseSeen{version: v, observed: b.clock.Now()}
 	return true
 }
 

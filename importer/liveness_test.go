@@ -28,7 +28,7 @@ func TestLeaseBook(t *testing.T) {
 		expectLive(t, b, "east", false)
 		// The renewTime the other cluster wrote is an opaque version: a
 		// clock an hour off there changes nothing here.
-		if !b.observe("east", "2026-11-22T11:00:00Z") {
+		if !b.observe("east", renewal("2026-11-22T11:00:00Z")) {
 			t.Fatal("the first observation is a change")
 		}
 		expectLive(t, b, "east", true)
@@ -46,14 +46,14 @@ func TestLeaseBook(t *testing.T) {
 
 	t.Run("seeing the same Lease version again is not a renewal", func(t *testing.T) {
 		b, clk := newBook(t)
-		b.observe("east", "v1")
+		b.observe("east", renewal("v1"))
 		clk.Step(ttl / 2)
-		if b.observe("east", "v1") {
+		if b.observe("east", renewal("v1")) {
 			t.Fatal("an unchanged version counted as a renewal")
 		}
 		clk.Step(ttl / 2)
 		expectLive(t, b, "east", false)
-		if !b.observe("east", "v2") {
+		if !b.observe("east", renewal("v2")) {
 			t.Fatal("a new version is a renewal")
 		}
 		expectLive(t, b, "east", true)
@@ -62,7 +62,7 @@ func TestLeaseBook(t *testing.T) {
 	t.Run("this cluster is always live, Lease or not", func(t *testing.T) {
 		b, clk := newBook(t)
 		expectLive(t, b, "home", true)
-		b.observe("home", "v1")
+		b.observe("home", renewal("v1"))
 		clk.Step(10 * ttl)
 		expectLive(t, b, "home", true)
 		if _, ok := b.expiresIn("home"); ok {
@@ -72,17 +72,17 @@ func TestLeaseBook(t *testing.T) {
 
 	t.Run("a deleted Lease kills its cluster at once", func(t *testing.T) {
 		b, _ := newBook(t)
-		b.observe("east", "v1")
+		b.observe("east", renewal("v1"))
 		b.forget("east")
 		expectLive(t, b, "east", false)
 	})
 
 	t.Run("while the broker is unreachable nobody dies, and on its return live clusters get a fresh TTL", func(t *testing.T) {
 		b, clk := newBook(t)
-		b.observe("east", "v1")
-		b.observe("west", "v1")
+		b.observe("east", renewal("v1"))
+		b.observe("west", renewal("v1"))
 		clk.Step(ttl + time.Second)
-		b.observe("west", "v2") // east is dead before the outage, west is not
+		b.observe("west", renewal("v2")) // east is dead before the outage, west is not
 		expectLive(t, b, "east", false)
 		lastContact := clk.Now()
 		clk.Step(2 * time.Second)
@@ -109,7 +109,7 @@ func TestLeaseBook(t *testing.T) {
 
 	t.Run("a cluster that dies during the outage is dropped one TTL after the broker returns", func(t *testing.T) {
 		b, clk := newBook(t)
-		b.observe("east", "v1")
+		b.observe("east", renewal("v1"))
 		b.freeze(clk.Now())
 		clk.Step(time.Minute)
 		b.thaw()
@@ -119,7 +119,7 @@ func TestLeaseBook(t *testing.T) {
 
 	t.Run("transitions are reported once per change", func(t *testing.T) {
 		b, clk := newBook(t)
-		b.observe("east", "v1")
+		b.observe("east", renewal("v1"))
 		if live, changed, known := b.transition("east"); !live || !changed || known {
 			t.Fatalf("first evaluation: live %v changed %v known %v", live, changed, known)
 		}
@@ -133,7 +133,7 @@ func TestLeaseBook(t *testing.T) {
 		if d := b.decided(); len(d) != 1 || d["east"] {
 			t.Fatalf("decided %v after the TTL, want east gone", d)
 		}
-		b.observe("east", "v2")
+		b.observe("east", renewal("v2"))
 		if live, changed, _ := b.transition("east"); !live || !changed {
 			t.Fatalf("after renewing: live %v changed %v", live, changed)
 		}
@@ -144,8 +144,8 @@ func TestLeaseBook(t *testing.T) {
 
 	t.Run("the live count includes this cluster", func(t *testing.T) {
 		b, clk := newBook(t)
-		b.observe("east", "v1")
-		b.observe("west", "v1")
+		b.observe("east", renewal("v1"))
+		b.observe("west", renewal("v1"))
 		if n := b.liveCount(); n != 3 {
 			t.Fatalf("liveCount = %d, want 3", n)
 		}
@@ -154,4 +154,34 @@ func TestLeaseBook(t *testing.T) {
 			t.Fatalf("liveCount = %d, want 1", n)
 		}
 	})
+}
+
+// renewal is a version of a Lease without a revision: only its renewTime
+// tells renewals apart.
+func renewal(renew string) leaseVersion { return leaseVersion{renew: renew} }
+
+func TestLeaseVersionsDeliveredOutOfOrderAreNoRenewal(t *testing.T) {
+	b, clk := newBook(t)
+	if !b.observe("east", leaseVersion{renew: "t5", revision: 5}) {
+		t.Fatal("the first version seen is not a renewal")
+	}
+	clk.Step(ttl - time.Second)
+	// A lagging watch delivers an older version after the probe saw the
+	// newer one: the cluster did not renew.
+	if b.observe("east", leaseVersion{renew: "t4", revision: 4}) {
+		t.Fatal("an older version counted as a renewal")
+	}
+	if b.observe("east", leaseVersion{renew: "t5", revision: 5}) {
+		t.Fatal("the same version counted as a renewal")
+	}
+	clk.Step(time.Second)
+	expectLive(t, b, "east", false)
+	// A write that does not renew (a label edit) is no renewal either.
+	if b.observe("east", leaseVersion{renew: "t5", revision: 6}) {
+		t.Fatal("a write without a new renewTime counted as a renewal")
+	}
+	if !b.observe("east", leaseVersion{renew: "t7", revision: 7}) {
+		t.Fatal("a newer renewal was not one")
+	}
+	expectLive(t, b, "east", true)
 }
