@@ -57,12 +57,15 @@ func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leas
 type leaseVersion struct {
 	renew    string
 	revision uint64
+	// renewed is the renewTime, zero when there is none.
+	renewed time.Time
 }
 
 func versionOf(l *coordinationv1.Lease) leaseVersion {
 	v := leaseVersion{renew: "rv:" + l.ResourceVersion}
 	if l.Spec.RenewTime != nil {
 		v.renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		v.renewed = l.Spec.RenewTime.Time
 	}
 	// An etcd-backed API server's resourceVersions are its revisions,
 	// increasing with every write. The book hears of a Lease from two
@@ -85,12 +88,15 @@ func leaseCluster(l *coordinationv1.Lease) (string, bool) {
 // observe records a version of cluster's Lease. It returns true for a
 // renewal: a version newer than the last one seen (by revision, when both
 // have one) that renews it. A version older than the last one seen, which
-// a lagging watch may still deliver, changes nothing.
+// a lagging watch may still deliver, changes nothing, unless the cluster's
+// own renewTime in it is later than the last one seen: a broker restored
+// from a backup starts its revisions over.
 func (b *leaseBook) observe(cluster string, v leaseVersion) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.seen[cluster]
-	if ok && v.revision != 0 && s.version.revision != 0 && v.revision <= s.version.revision {
+	if ok && v.revision != 0 && s.version.revision != 0 && v.revision <= s.version.revision &&
+		(v.renewed.IsZero() || !v.renewed.After(s.version.renewed)) {
 		return false
 	}
 	if ok && s.version.renew == v.renew {

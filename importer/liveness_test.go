@@ -185,3 +185,18 @@ func TestLeaseVersionsDeliveredOutOfOrderAreNoRenewal(t *testing.T) {
 	}
 	expectLive(t, b, "east", true)
 }
+
+func TestARenewalAfterTheBrokerWasRestoredFromABackupCounts(t *testing.T) {
+	b, clk := newBook(t)
+	at := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	b.observe("east", leaseVersion{renew: "a", revision: 900, renewed: at})
+	clk.Step(ttl - time.Second)
+	// The restored broker's revisions are lower, the cluster's renewTime later.
+	if !b.observe("east", leaseVersion{renew: "b", revision: 40, renewed: at.Add(ttl)}) {
+		t.Fatal("a later renewTime at a lower revision was no renewal")
+	}
+	// An old version at a lower revision is still none.
+	if b.observe("east", leaseVersion{renew: "c", revision: 30, renewed: at.Add(time.Second)}) {
+		t.Fatal("an older renewTime at a lower revision counted")
+	}
+}
