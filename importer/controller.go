@@ -457,7 +457,7 @@ func (c *Controller) onLease(obj any, deleted bool) {
 		return
 	}
 	if !deleted {
-		c.observeLease(l)
+		c.observeLease(l, "watch")
 		return
 	}
 	if cluster, ok := leaseCluster(l); ok {
@@ -466,12 +466,15 @@ func (c *Controller) onLease(obj any, deleted bool) {
 	}
 }
 
-func (c *Controller) observeLease(l *coordinationv1.Lease) {
+func (c *Controller) observeLease(l *coordinationv1.Lease, source string) {
 	cluster, ok := leaseCluster(l)
 	if !ok {
 		return
 	}
-	if c.book.observe(cluster, versionOf(l)) {
+	v := versionOf(l)
+	renewal := c.book.observe(cluster, v)
+	klog.V(4).InfoS("Saw a heartbeat Lease", "cluster", cluster, "source", source, "renewTime", v.renew, "resourceVersion", l.ResourceVersion, "renewal", renewal)
+	if renewal {
 		c.clusterQueue.Add(cluster)
 	}
 }

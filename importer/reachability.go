@@ -84,7 +84,7 @@ func (c *Controller) probe(ctx context.Context) {
 	}
 	if err == nil {
 		for i := range leases.Items {
-			c.observeLease(&leases.Items[i])
+			c.observeLease(&leases.Items[i], "probe")
 		}
 	}
 	c.brokerAnswered(ctx, err)

@@ -2,9 +2,11 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -38,10 +40,11 @@ func newDropProbe(node *harness.Node, sc scenario, _ []string) *dropProbe {
 	return p
 }
 
-// counts returns the headless service's A records and the smallest
-// endpoint count of the sample ports, and when DNS answered.
-func (p *dropProbe) counts(ctx context.Context) (records, endpoints int, answered time.Time, err error) {
-	err = nsenter.Do(netns.Path(p.node.NS.Name), func() error {
+// dnsRecords returns the headless service's A records, asked over TCP from
+// inside the node.
+func (p *dropProbe) dnsRecords(ctx context.Context) (int, error) {
+	records := 0
+	err := nsenter.Do(netns.Path(p.node.NS.Name), func() error {
 		c := &dns.Client{Net: "tcp", Timeout: 5 * time.Second}
 		m := new(dns.Msg)
 		m.SetQuestion(p.headless, dns.TypeA)
@@ -49,27 +52,35 @@ func (p *dropProbe) counts(ctx context.Context) (records, endpoints int, answere
 		if err != nil {
 			return err
 		}
-		records, answered = len(resp.Answer), time.Now()
+		if resp.Rcode != dns.RcodeSuccess {
+			return fmt.Errorf("%s: %s", p.headless, dns.RcodeToString[resp.Rcode])
+		}
+		records = len(resp.Answer)
 		return nil
 	})
 	if err != nil {
-		return 0, 0, answered, fmt.Errorf("asking the node's DNS: %w", err)
+		return 0, fmt.Errorf("asking the node's DNS: %w", err)
 	}
-	endpoints = -1
+	return records, nil
+}
+
+// nftEndpoints returns the smallest endpoint count of the sample ports.
+func (p *dropProbe) nftEndpoints() (int, error) {
+	endpoints := -1
 	for _, vip := range p.vips {
 		out, err := p.node.NS.Exec("nft", "get", "element", "ip", "mcsd", "service-ips", "{", vip, ".", "tcp", ".", "80", "}")
 		if err != nil {
-			return 0, 0, answered, fmt.Errorf("reading %s from nftables: %v: %s", vip, err, out)
+			return 0, fmt.Errorf("reading %s from nftables: %v: %s", vip, err, out)
 		}
 		n, err := lbCount(out)
 		if err != nil {
-			return 0, 0, answered, err
+			return 0, err
 		}
 		if endpoints < 0 || n < endpoints {
 			endpoints = n
 		}
 	}
-	return records, endpoints, answered, nil
+	return endpoints, nil
 }
 
 var lbChain = regexp.MustCompile(`goto lb-tcp-(\d+)`)
@@ -86,38 +97,52 @@ func lbCount(nft string) (int, error) {
 func (p *dropProbe) waitServed(ctx context.Context) error {
 	all := p.sc.clusters * p.sc.endpoints
 	var records, endpoints int
-	var err error
+	var dnsErr, nftErr error
 	if werr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		records, endpoints, _, err = p.counts(ctx)
-		return err == nil && records == all && endpoints == all, nil
+		records, dnsErr = p.dnsRecords(ctx)
+		endpoints, nftErr = p.nftEndpoints()
+		return dnsErr == nil && nftErr == nil && records == all && endpoints == all, nil
 	}); werr != nil {
-		return fmt.Errorf("the data plane never served every cluster: %d A records, %d endpoints, want %d (%v)", records, endpoints, all, err)
+		return fmt.Errorf("the data plane never served every cluster: %d A records (%v), %d endpoints (%v), want %d", records, dnsErr, endpoints, nftErr, all)
 	}
 	return nil
 }
 
 // waitGone waits until the dead cluster's endpoints are gone from DNS and
-// from nftables, and returns how long after its last renewal each went.
-func (p *dropProbe) waitGone(ctx context.Context, lastRenewal time.Time) (dnsGone, nftGone time.Duration, err error) {
+// from nftables, each watched on its own so that neither's slowness or
+// errors delay the other's figure, and returns how long after its last
+// renewal each went, and the errors the probes met meanwhile.
+func (p *dropProbe) waitGone(ctx context.Context, lastRenewal time.Time) (dnsGone, nftGone time.Duration, errs []string, err error) {
 	live := (p.sc.clusters - 1) * p.sc.endpoints
-	var records, endpoints int
-	werr := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var answered time.Time
-		records, endpoints, answered, err = p.counts(ctx)
-		if err != nil {
-			return false, nil
+	var mu sync.Mutex
+	watch := func(what string, count func(context.Context) (int, error)) (time.Duration, error) {
+		var last int
+		werr := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := count(ctx)
+			if err != nil {
+				mu.Lock()
+				if len(errs) < 5 {
+					errs = append(errs, fmt.Sprintf("%s at +%.1f s: %v", what, time.Since(lastRenewal).Seconds(), err))
+				}
+				mu.Unlock()
+				return false, nil
+			}
+			last = n
+			return n == live, nil
+		})
+		if werr != nil {
+			return 0, fmt.Errorf("the dead cluster's endpoints stayed in %s: %d, want %d", what, last, live)
 		}
-		// Each taken when that part answered: nftables is read last.
-		if dnsGone == 0 && records == live {
-			dnsGone = answered.Sub(lastRenewal)
-		}
-		if nftGone == 0 && endpoints == live {
-			nftGone = time.Since(lastRenewal)
-		}
-		return dnsGone > 0 && nftGone > 0, nil
-	})
-	if werr != nil {
-		return 0, 0, fmt.Errorf("the dead cluster's endpoints stayed: %d A records, %d endpoints, want %d (%v)", records, endpoints, live, err)
+		return time.Since(lastRenewal), nil
 	}
-	return dnsGone, nftGone, nil
+	var dnsErr, nftErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); dnsGone, dnsErr = watch("DNS", p.dnsRecords) }()
+	go func() {
+		defer wg.Done()
+		nftGone, nftErr = watch("nftables", func(context.Context) (int, error) { return p.nftEndpoints() })
+	}()
+	wg.Wait()
+	return dnsGone, nftGone, errs, errors.Join(dnsErr, nftErr)
 }
