@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,7 +242,7 @@ func BenchmarkImportAtScale(b *testing.B) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	rss := vmRSS()
+	rss := harness.UsageOf(os.Getpid()).RSS
 
 	// What the writes say, checked against the cluster.
 	var imports, readyImports, slicesSeen int
@@ -282,19 +281,4 @@ func vipFor(base [4]byte, i int) string {
 	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	v += uint32(i) + 1
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
-}
-
-// vmRSS is this process's resident set size in bytes, 0 when unknown.
-func vmRSS() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }

@@ -23,16 +23,16 @@ func (p *process) usage() Usage {
 	if cmd == nil || cmd.Process == nil {
 		return Usage{}
 	}
-	return usageOf(cmd.Process.Pid)
+	return UsageOf(cmd.Process.Pid)
 }
 
 // clockTicks is USER_HZ, the unit of CPU times in /proc/<pid>/stat: 100 on
 // every Linux architecture Go supports.
 const clockTicks = 100
 
-// usageOf reads VmRSS and VmHWM of pid from /proc/<pid>/status, and its
+// UsageOf reads VmRSS and VmHWM of pid from /proc/<pid>/status, and its
 // user and system time from /proc/<pid>/stat.
-func usageOf(pid int) Usage {
+func UsageOf(pid int) Usage {
 	dir := filepath.Join("/proc", strconv.Itoa(pid))
 	var m Usage
 	if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {

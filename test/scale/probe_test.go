@@ -29,7 +29,7 @@ type dropProbe struct {
 	vips     []string
 }
 
-func newDropProbe(node *harness.Node, sc scenario, _ []string) *dropProbe {
+func newDropProbe(node *harness.Node, sc scenario) *dropProbe {
 	p := &dropProbe{node: node, sc: sc, headless: "svc-00000." + namespaceOf(0) + ".svc.clusterset.local."}
 	for _, i := range []int{1, sc.services / 2, sc.services - 1} {
 		if i%headlessEvery == 0 {

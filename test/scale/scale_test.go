@@ -186,7 +186,7 @@ func run(b *testing.B, sc scenario) result {
 	}
 
 	// The data plane must have everything before a cluster can leave it.
-	probe := newDropProbe(node, sc, clusters)
+	probe := newDropProbe(node, sc)
 	if err := probe.waitServed(ctx); err != nil {
 		b.Fatalf("%v\n%s", err, dp.Tail(30))
 	}
