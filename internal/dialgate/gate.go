@@ -9,8 +9,11 @@ package dialgate
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // DialFunc dials like net.Dialer.DialContext.
@@ -31,9 +34,16 @@ func New() *Gate {
 	return g
 }
 
-// Observe opens the gate when the server answered (err is nil) and closes
-// it when it did not.
+// Observe opens the gate when the server answered and closes it when it
+// did not. Any answer counts, a refusal too: an API error (Forbidden,
+// Conflict, a server timeout...) proves the server is there, and closing
+// the gate on it would stall every informer behind the gate for as long as
+// something refuses one request, such as another member squatting this
+// cluster's Lease.
 func (g *Gate) Observe(err error) {
+	if answered(err) {
+		err = nil
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
@@ -46,6 +56,11 @@ func (g *Gate) Observe(err error) {
 			close(g.open)
 		}
 	}
+}
+
+func answered(err error) bool {
+	var status apierrors.APIStatus
+	return err != nil && errors.As(err, &status)
 }
 
 // Open reports whether the gate is open.

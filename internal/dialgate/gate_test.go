@@ -3,9 +3,13 @@ package dialgate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 func TestGate(t *testing.T) {
@@ -67,4 +71,25 @@ func TestGate(t *testing.T) {
 			t.Fatalf("got %v, want context.Canceled", err)
 		}
 	})
+}
+
+func TestARefusalIsAnAnswerAndKeepsTheGateOpen(t *testing.T) {
+	g := New()
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "cluster-east", errors.New("may not change an object of cluster west"))
+	g.Observe(fmt.Errorf("renewing broker Lease: %w", forbidden))
+	if !g.Open() {
+		t.Fatal("a Forbidden answer closed the gate")
+	}
+	g.Observe(apierrors.NewServerTimeout(schema.GroupResource{Resource: "leases"}, "update", 1))
+	if !g.Open() {
+		t.Fatal("a server timeout, which the server itself sent, closed the gate")
+	}
+	g.Observe(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	if g.Open() {
+		t.Fatal("a transport error left the gate open")
+	}
+	g.Observe(forbidden)
+	if !g.Open() {
+		t.Fatal("an answer after a transport error did not open the gate")
+	}
 }
