@@ -209,13 +209,18 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := recordInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The VIP book learns every cluster's VIPs from this handler, so the
+	// exporter waits for the handler to have seen the initial list, not
+	// only for the cache to hold it: else a restarted exporter could hand
+	// out a VIP its book has not seen yet.
+	recordHandler, err := recordInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.onRecord(nil, obj) },
 		UpdateFunc: func(old, obj any) {
 			c.onRecord(old, obj)
 		},
 		DeleteFunc: func(obj any) { c.onRecord(obj, nil) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	if _, err := ownSliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -230,7 +235,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.synced = []cache.InformerSynced{
 		exportInf.Informer().HasSynced, serviceInf.Informer().HasSynced, sliceInf.Informer().HasSynced,
-		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced,
+		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced, recordHandler.HasSynced,
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -389,4 +391,39 @@ func TestSyncHandsBackTheClusterSetIPs(t *testing.T) {
 		wantMessage(t, c.Message, "Cannot write the export to the broker (retrying): ", "the broker is down")
 		wantNoCondition(t, conds, ConditionClusterSetIP)
 	})
+}
+
+// A restarted exporter must not hand out a VIP before its book has seen
+// every record: its caches being synced is not enough, the record handler
+// must have seen the initial list too.
+func TestTheExporterStartsOnlyOnceItsVIPBookHasSeenEveryRecord(t *testing.T) {
+	const records = 3000
+	f := newFixture(t, withVIPs(allocator("243.1.0.0/16")))
+	for i := range records {
+		si := otherRecord("west", exportCreated.Time, func(e *record.Export) {
+			e.Name = fmt.Sprintf("svc-%d", i)
+			e.ClusterSetIPDisabled = false
+			e.VIPs = []string{netip.AddrFrom4([4]byte{243, 1, byte(1 + i/250), byte(1 + i%250)}).String()}
+		})
+		if err := f.brokerMCS.Tracker().Add(si); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.c.Run(ctx) }()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return f.c.Synced(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.c.vips.mu.Lock()
+	held := len(f.c.vips.holders)
+	f.c.vips.mu.Unlock()
+	if held != records {
+		t.Fatalf("the exporter started syncing when its VIP book held %d of %d records' VIPs", held, records)
+	}
+	cancel()
+	<-done
 }
