@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"net/netip"
 	"reflect"
 	"sort"
 	"sync"
@@ -23,10 +24,13 @@ import (
 // changes, is handled, and a slice update that changes nothing the proxier
 // uses is dropped.
 type changeTracker struct {
-	family  v1.IPFamily
-	clock   clock.PassiveClock
-	metrics *metrics
-	logger  klog.Logger
+	family v1.IPFamily
+	// clusterSetCIDRs are the ranges of this family a ClusterSetIP must
+	// lie in; empty means any.
+	clusterSetCIDRs []netip.Prefix
+	clock           clock.PassiveClock
+	metrics         *metrics
+	logger          klog.Logger
 
 	mu       sync.Mutex
 	services map[types.NamespacedName]*serviceChange
@@ -58,17 +62,18 @@ type checkout struct {
 	triggers map[types.NamespacedName][]time.Time
 }
 
-func newChangeTracker(family v1.IPFamily, clk clock.PassiveClock, m *metrics, logger klog.Logger) *changeTracker {
+func newChangeTracker(family v1.IPFamily, clusterSetCIDRs []netip.Prefix, clk clock.PassiveClock, m *metrics, logger klog.Logger) *changeTracker {
 	return &changeTracker{
-		family:       family,
-		clock:        clk,
-		metrics:      m,
-		logger:       logger,
-		services:     map[types.NamespacedName]*serviceChange{},
-		applied:      map[types.NamespacedName]map[string]*sliceInfo{},
-		pending:      map[types.NamespacedName]map[string]*sliceInfo{},
-		sliceService: map[types.NamespacedName]types.NamespacedName{},
-		triggers:     map[types.NamespacedName][]time.Time{},
+		family:          family,
+		clusterSetCIDRs: clusterSetCIDRs,
+		clock:           clk,
+		metrics:         m,
+		logger:          logger,
+		services:        map[types.NamespacedName]*serviceChange{},
+		applied:         map[types.NamespacedName]map[string]*sliceInfo{},
+		pending:         map[types.NamespacedName]map[string]*sliceInfo{},
+		sliceService:    map[types.NamespacedName]types.NamespacedName{},
+		triggers:        map[types.NamespacedName][]time.Time{},
 	}
 }
 
@@ -83,8 +88,12 @@ func (t *changeTracker) serviceUpdate(previous, current *mcsv1beta1.ServiceImpor
 		return false
 	}
 	name := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
-	prev, _ := newServiceInfo(previous, t.family)
-	cur, reason := newServiceInfo(current, t.family)
+	prev, _ := newServiceInfo(previous, t.family, t.clusterSetCIDRs)
+	cur, reason := newServiceInfo(current, t.family, t.clusterSetCIDRs)
+	if reason == reasonOutsideClusterSet {
+		t.metrics.vipsRefused.WithLabelValues(string(t.family)).Inc()
+		t.logger.Info("Refusing a ClusterSetIP outside the clusterset CIDRs; the ServiceImport gets no rules", "serviceImport", klog.KObj(current), "ips", current.Spec.IPs, "clusterSetCIDRs", t.clusterSetCIDRs)
+	}
 
 	t.mu.Lock()
 	defer t.mu.Unlock()

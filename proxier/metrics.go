@@ -32,6 +32,7 @@ type metrics struct {
 	cleanupFailures         *prometheus.CounterVec
 	conntrackDeleted        *prometheus.CounterVec
 	conntrackFailures       *prometheus.CounterVec
+	vipsRefused             *prometheus.CounterVec
 }
 
 const (
@@ -96,6 +97,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Conntrack entries of UDP flows to removed endpoints that were deleted."),
 		conntrackFailures: counter("conntrack_cleanup_failures_total",
 			"Failed deletions of conntrack entries."),
+		vipsRefused: counter("clusterset_ips_refused_total",
+			"ServiceImport events whose ClusterSetIP lies outside the clusterset CIDRs, which get no rules."),
 	}
 	if reg == nil {
 		return m, nil
@@ -117,6 +120,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	registerShared(reg, &m.cleanupFailures, &errs)
 	registerShared(reg, &m.conntrackDeleted, &errs)
 	registerShared(reg, &m.conntrackFailures, &errs)
+	registerShared(reg, &m.vipsRefused, &errs)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("registering proxier metrics: %w", errors.Join(errs...))
 	}

@@ -85,6 +85,14 @@ type Config struct {
 	// trafficDistribution PreferClose: endpoints of the local cluster are
 	// used while there are any.
 	PreferLocalCluster bool
+	// ClusterSetCIDRs are the ranges ClusterSetIPs come from (either
+	// family; each proxier takes its own). A ServiceImport whose
+	// ClusterSetIP lies outside them gets no rules: the importer refuses
+	// such VIPs already, and this second check keeps a forged record or a
+	// hand-written ServiceImport from redirecting an address such as a
+	// node's, the cloud metadata server's or a Service's ClusterIP. Empty
+	// means any address.
+	ClusterSetCIDRs []netip.Prefix
 
 	// MinSyncPeriod is the least time between two syncs (default
 	// DefaultMinSyncPeriod); changes that arrive meanwhile are applied
@@ -232,6 +240,12 @@ func New(cfg Config) (*Proxier, error) {
 			podCIDRs = append(podCIDRs, prefix.Masked().String())
 		}
 	}
+	var clusterSetCIDRs []netip.Prefix
+	for _, p := range cfg.ClusterSetCIDRs {
+		if p.Addr().Is4() == (cfg.IPFamily == v1.IPv4Protocol) {
+			clusterSetCIDRs = append(clusterSetCIDRs, p.Masked())
+		}
+	}
 	minSync := orDefault(cfg.MinSyncPeriod, DefaultMinSyncPeriod)
 	syncPeriod := orDefault(cfg.SyncPeriod, DefaultSyncPeriod)
 	if minSync > syncPeriod {
@@ -303,7 +317,7 @@ func New(cfg Config) (*Proxier, error) {
 		metrics:        m,
 		health:         cfg.Health,
 		logger:         logger,
-		tracker:        newChangeTracker(cfg.IPFamily, clk, m, logger),
+		tracker:        newChangeTracker(cfg.IPFamily, clusterSetCIDRs, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
 		syncPeriod:     syncPeriod,
 		ruleCounter:    counter,

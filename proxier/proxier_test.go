@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -958,4 +959,29 @@ type fakeRuleCounter struct {
 func (c *fakeRuleCounter) CountRules(v1.IPFamily, string) (int, error) {
 	c.asked++
 	return c.rules, c.err
+}
+
+func TestClusterSetIPsOutsideTheClusterSetCIDRsGetNoRules(t *testing.T) {
+	inEachMode(t, func(t *testing.T, mode Mode, newFixture fixtureFunc) {
+		f := newFixture(t, v1.IPv4Protocol, func(c *Config) {
+			c.ClusterSetCIDRs = []netip.Prefix{netip.MustParsePrefix("243.0.0.0/8"), netip.MustParsePrefix("fd7a:6d63:7364::/48")}
+		})
+		const metadata = "169.254.169.254"
+		forged := webImport(func(si *mcsv1beta1.ServiceImport) {
+			si.Name = "forged"
+			si.Spec.IPs = []string{metadata}
+		})
+		f.start(append(webSlices(), webImport(), forged)...)
+		if got := endpoints(t, f.trace(pkt(podClient, vip, "tcp", 80))); len(got) != 4 {
+			t.Errorf("a ClusterSetIP inside the clusterset CIDRs: endpoints %v, want 4", got)
+		}
+		// Programmed, the forged import (which has no endpoints) would
+		// reject; not programmed, the packet passes untouched.
+		if got := verdicts(f.trace(pkt(podClient, metadata, "tcp", 80))); !slices.Equal(got, []string{"accept"}) {
+			t.Errorf("a ClusterSetIP outside the clusterset CIDRs was programmed: verdicts %v, want accept", got)
+		}
+		if n := testutil.ToFloat64(f.p.metrics.vipsRefused.WithLabelValues("IPv4")); n < 1 {
+			t.Errorf("refused ClusterSetIPs counted %v times", n)
+		}
+	})
 }

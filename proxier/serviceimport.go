@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -38,10 +39,15 @@ type servicePort struct {
 // defaultAffinityTimeout is the Service API's default for ClientIP affinity.
 const defaultAffinityTimeout = time.Duration(v1.DefaultClientIPServiceAffinitySeconds) * time.Second
 
+// reasonOutsideClusterSet is newServiceInfo's reason for a ClusterSetIP
+// outside the allowed ranges.
+const reasonOutsideClusterSet = "ClusterSetIP outside the clusterset CIDRs"
+
 // newServiceInfo returns the import's view in family, or nil when there is
-// nothing to program in it: a headless import, or no ClusterSetIP of that
-// family. reason says why, for logs.
-func newServiceInfo(si *mcsv1beta1.ServiceImport, family v1.IPFamily) (info *serviceInfo, reason string) {
+// nothing to program in it: a headless import, no ClusterSetIP of that
+// family, or one outside allowed (when allowed has any range). reason says
+// why, for logs.
+func newServiceInfo(si *mcsv1beta1.ServiceImport, family v1.IPFamily, allowed []netip.Prefix) (info *serviceInfo, reason string) {
 	if si == nil {
 		return nil, "deleted"
 	}
@@ -62,6 +68,9 @@ func newServiceInfo(si *mcsv1beta1.ServiceImport, family v1.IPFamily) (info *ser
 	}
 	if vip == "" {
 		return nil, "no ClusterSetIP of this family"
+	}
+	if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(netip.MustParseAddr(vip)) }) {
+		return nil, reasonOutsideClusterSet
 	}
 	info = &serviceInfo{
 		name:    types.NamespacedName{Namespace: si.Namespace, Name: si.Name},

@@ -142,6 +142,7 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		MasqueradeAll:      o.masqAll,
 		PodCIDRs:           o.podCIDRs,
 		PreferLocalCluster: o.preferLocal,
+		ClusterSetCIDRs:    o.clusterSetCIDRs,
 		MinSyncPeriod:      o.minSync,
 		SyncPeriod:         o.syncPeriod,
 		FullSyncPeriod:     o.fullSync,
