@@ -69,6 +69,9 @@ func run(b *testing.B, sc scenario) result {
 	defer cancel()
 	cs := harness.Start(b, harness.Options{Clusters: 1})
 	m := fixture.Join(b, cs)[0]
+	if block := m.Blocks[corev1.IPv4Protocol]; !block.Contains(vipOf(0)) || !block.Contains(vipOf(sc.services-1)) {
+		b.Fatalf("the member claimed %s, which does not hold the services' VIPs %s-%s", block, vipOf(0), vipOf(sc.services-1))
+	}
 	node, err := m.AddNode(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -399,9 +402,13 @@ func (sc scenario) service(i, ci int) fixture.FakeService {
 	return svc
 }
 
-// vipOf is the ClusterSetIP of the i-th service.
+// vipOf is the ClusterSetIP of the i-th service, from the block the
+// member (the first cluster, which exports every service) claimed when it
+// joined the fresh broker: importers accept a VIP only from its owner's
+// block, or as a copy of a VIP its owner holds for the same service.
 func vipOf(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{243, 200 + byte(i>>16), byte(i >> 8), byte(i)})
+	i++ // never the block's network address
+	return netip.AddrFrom4([4]byte{243, byte(i >> 16), byte(i >> 8), byte(i)})
 }
 
 // endpointOf is the k-th endpoint address of cluster ci: 100.(64+ci)/16,
