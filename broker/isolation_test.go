@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -69,10 +71,10 @@ func slice(id, name string, family discoveryv1.AddressType, addrs ...string) *di
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{a},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			Hostname:   ptr.To("web-" + string(rune('a'+i))),
+			Hostname:   ptr.To("web-" + strconv.Itoa(i)),
 			NodeName:   ptr.To("node-1"),
 			Zone:       ptr.To("zone-a"),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-" + string(rune('a'+i))},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-" + strconv.Itoa(i)},
 		})
 	}
 	return s
@@ -93,6 +95,9 @@ func refused(t *testing.T, err error, wantInMessage string) {
 	if !strings.Contains(err.Error(), wantInMessage) {
 		t.Fatalf("refusal %q does not say %q", err, wantInMessage)
 	}
+	if !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'mcsd-broker-") {
+		t.Fatalf("refusal %q is not the broker's admission policy's", err)
+	}
 }
 
 func accepted(t *testing.T, err error) {
@@ -110,6 +115,15 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 	if err := broker.Install(ctx, b.Config, broker.Settings{}); err != nil {
 		t.Fatal(err)
 	}
+	// Install returned once the policies are enforced: a member's first
+	// forbidden write, right after it, is refused (here as a member identity
+	// impersonated by the administrator, before any member exists).
+	impersonated := rest.CopyConfig(b.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":cluster-cluster2", Groups: []string{"system:masters"}}
+	_, err := kubernetes.NewForConfigOrDie(impersonated).CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster3"), Labels: record.LeaseLabels("cluster2")},
+	}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, err, "cluster cluster2 may only write leases named cluster-cluster2")
 	if err := broker.Install(ctx, b.Config, broker.Settings{}); err != nil {
 		t.Fatalf("installing twice must be harmless: %v", err)
 	}
@@ -326,7 +340,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			cm.Data[clustersetip.ClaimKey] = "243.8.0.0/16"
-			if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err == nil || !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "admission") {
+			if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err == nil || !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -375,6 +389,27 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		refused(t, err, "cluster cluster3 may only publish endpoints in its declared pod CIDRs 10.3.0.0/16")
 	})
 
+	t.Run("endpoints: a full EndpointSlice is checked within the CEL cost budget", func(t *testing.T) {
+		addrs := make([]string, 1000) // the most an EndpointSlice holds
+		for i := range addrs {
+			addrs[i] = netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(i%250 + 1)}).String()
+		}
+		full := slice("cluster2", "full", discoveryv1.AddressTypeIPv4, addrs...)
+		_, err := slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		accepted(t, err)
+		full.Endpoints[999].Addresses = []string{"10.3.0.5"}
+		_, err = slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused(t, err, "may only publish endpoints in its declared pod CIDRs")
+		for i := range full.Endpoints {
+			full.Endpoints[i].Addresses = nil
+			for j := range 100 { // the most addresses an endpoint holds
+				full.Endpoints[i].Addresses = append(full.Endpoints[i].Addresses, netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(j)}).String())
+			}
+		}
+		_, err = slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused(t, err, "may only publish endpoints with a single address each")
+	})
+
 	t.Run("identity: other ServiceAccounts of the broker namespace are refused", func(t *testing.T) {
 		token := saToken(ctx, t, b.Kube, ns, "default", rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}})
 		kube := kubernetes.NewForConfigOrDie(b.TokenConfig(token))
@@ -402,7 +437,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		var err error
 		for range 50 { // RBAC caches the new binding for a moment
 			_, err = kube.CoordinationV1().Leases(other).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "controller-leader"}}, create)
-			if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "admission") {
+			if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
