@@ -215,11 +215,12 @@ type MemberOptions struct {
 	PodCIDRs []netip.Prefix
 }
 
-// AddMember creates the broker identity of a member cluster — a
-// ServiceAccount bound to the member Role, and a long-lived token for it —
-// and its declaration (the ConfigMap DeclarationName(clusterID) holding its
-// pod CIDRs, replaced when the member joins again), raises the broker
-// namespace's ResourceQuota by one member budget, and returns the token.
+// AddMember creates the declaration of a member cluster (the ConfigMap
+// DeclarationName(clusterID) holding its pod CIDRs, replaced when the member
+// joins again) and its broker identity — a ServiceAccount bound to the
+// member Role, and a long-lived token for it — owned by the declaration, so
+// that deleting the declaration removes the member; it raises the broker
+// namespace's ResourceQuota by one member budget and returns the token.
 // The member uses it as its broker credential. Install must have run.
 func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, clusterID string, opts MemberOptions) (string, error) {
 	if err := clusterid.Validate(clusterID); err != nil {
@@ -257,21 +258,57 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	if err != nil {
 		return "", fmt.Errorf("declaring member %s: %w", clusterID, err)
 	}
+	declared, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading the declaration of member %s: %w", clusterID, err)
+	}
+	// The identity belongs to the declaration: deleting the declaration
+	// deletes the ServiceAccount (and so its token) and the RoleBinding, so
+	// that no member writes without the pod CIDRs that bind its endpoints.
+	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: declared.Name, UID: declared.UID}}
 	name := ServiceAccountName(clusterID)
 	labels := map[string]string{"app.kubernetes.io/name": "mcsd", LabelMemberCluster: clusterID}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}}
-	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner}}
+	accounts := kube.CoreV1().ServiceAccounts(namespace)
+	err = createOrUpdate(ctx, name,
+		func() error { _, err := accounts.Create(ctx, sa, metav1.CreateOptions{}); return err },
+		func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := accounts.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.OwnerReferences = owner
+				_, err = accounts.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+		})
+	if err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
 	}
 	if err := syncQuota(ctx, kube, namespace, settings.MemberBudget, nil); err != nil {
 		return "", err
 	}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "mcsd-member-" + clusterID, Namespace: namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: "mcsd-member-" + clusterID, Namespace: namespace, Labels: labels, OwnerReferences: owner},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: MemberRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
 	}
-	if _, err := kube.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	bindings := kube.RbacV1().RoleBindings(namespace)
+	err = createOrUpdate(ctx, rb.Name,
+		func() error { _, err := bindings.Create(ctx, rb, metav1.CreateOptions{}); return err },
+		func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := bindings.Get(ctx, rb.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.OwnerReferences = owner
+				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+		})
+	if err != nil {
 		return "", fmt.Errorf("binding %s to Role %s: %w", name, MemberRole, err)
 	}
 	secret := &corev1.Secret{

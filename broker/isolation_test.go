@@ -481,6 +481,42 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
+	t.Run("joining again replaces the member's pod CIDRs", func(t *testing.T) {
+		more := append(pods["cluster2"], netip.MustParsePrefix("10.22.0.0/16"))
+		if _, err := broker.AddMember(ctx, b.Kube, ns, "cluster2", broker.MemberOptions{PodCIDRs: more}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		for range 100 { // the API server reloads the declaration asynchronously
+			_, err = slices(two).Create(ctx, slice("cluster2", "moved", discoveryv1.AddressTypeIPv4, "10.22.0.5"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		accepted(t, err)
+	})
+
+	t.Run("deleting a member's declaration removes its identity", func(t *testing.T) {
+		if err := b.Kube.CoreV1().ConfigMaps(ns).Delete(ctx, broker.DeclarationName("cluster3"), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		for range 300 { // the garbage collector deletes the ServiceAccount and its token
+			_, err = three.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+			if apierrors.IsUnauthorized(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !apierrors.IsUnauthorized(err) {
+			t.Fatalf("cluster3 without a declaration: %v, want its credential refused", err)
+		}
+		if _, err := b.Kube.RbacV1().RoleBindings(ns).Get(ctx, "mcsd-member-cluster3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("cluster3's RoleBinding: %v, want it deleted", err)
+		}
+	})
+
 	t.Run("an administrator is not bound by the policies", func(t *testing.T) {
 		accepted(t, b.MCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{}))
 	})
