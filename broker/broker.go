@@ -370,6 +370,17 @@ func syncQuota(ctx context.Context, kube kubernetes.Interface, namespace string,
 	})
 }
 
+// The broker's admission policies (and their bindings, of the same names).
+// A refusal by one of them says "ValidatingAdmissionPolicy '<name>'".
+const (
+	// SourceClusterPolicy binds members to their own labels, names, claims
+	// and VIPs, with the settings as its parameter.
+	SourceClusterPolicy = "mcsd-broker-source-cluster"
+	// EndpointsPolicy binds members' endpoints to their declared pod CIDRs,
+	// with the declarations as its parameters.
+	EndpointsPolicy = "mcsd-broker-member-endpoints"
+)
+
 // probeCluster is the member identity Install's probes write as; they are
 // dry runs, so a real member of that name is not disturbed.
 const probeCluster = "mcsd-install-probe"
@@ -399,7 +410,7 @@ func waitEnforced(ctx context.Context, config *rest.Config, namespace string) er
 		write        func(context.Context) error
 	}{{
 		// A ConfigMap that is not a ClusterSetIP claim.
-		policy: "mcsd-broker-source-cluster",
+		policy: SourceClusterPolicy,
 		want:   "cluster " + probeCluster + " may only write configmaps named",
 		write: func(ctx context.Context) error {
 			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
@@ -410,8 +421,8 @@ func waitEnforced(ctx context.Context, config *rest.Config, namespace string) er
 	}, {
 		// A well-named slice with an endpoint of two addresses; refused
 		// whatever the declarations (or, with none, for lack of one).
-		policy: "mcsd-broker-member-endpoints",
-		want:   "mcsd-broker-member-endpoints",
+		policy: EndpointsPolicy,
+		want:   EndpointsPolicy,
 		write: func(ctx context.Context) error {
 			_, err := kube.DiscoveryV1().EndpointSlices(namespace).Create(ctx, &discoveryv1.EndpointSlice{
 				ObjectMeta: metav1.ObjectMeta{

@@ -581,3 +581,58 @@ func saToken(ctx context.Context, t *testing.T, kube kubernetes.Interface, names
 	}
 	return tr.Status.Token
 }
+
+// Install takes its namespace and settings from Settings, and the policies
+// follow later edits of the settings ConfigMap.
+func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
+	cs := harness.Start(t, harness.Options{Clusters: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := cs.Broker
+	const other = "clusterset"
+	settings := broker.Settings{Namespace: other, ClusterSetCIDRv4: netip.MustParsePrefix("10.200.0.0/16"), BlockBitsV4: 24}
+	if err := broker.Install(ctx, b.Config, settings); err != nil {
+		t.Fatal(err)
+	}
+	token, err := broker.AddMember(ctx, b.Kube, other, "east", broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	east := kubernetes.NewForConfigOrDie(b.TokenConfig(token))
+	eastMCS := mcsclient.NewForConfigOrDie(b.TokenConfig(token))
+	cms := east.CoreV1().ConfigMaps(other)
+	v4 := clustersetip.ClaimName("east", corev1.IPv4Protocol)
+	mk := func(block string) *corev1.ConfigMap {
+		c := claim("east", v4, block)
+		c.Namespace = other
+		return c
+	}
+
+	_, err = cms.Create(ctx, mk("243.1.0.0/16"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, err, "cluster east may only claim, labelled mcsd.io/clustersetip-block and with the single data key block, one masked /24 block inside the clusterset CIDR 10.200.0.0/16")
+	block, err := clustersetip.Claimer{Kube: east, Namespace: other, ClusterID: "east"}.Claim(ctx, settings.ClusterSetCIDRv4, netip.Prefix{}, 24)
+	if err != nil || block != netip.MustParsePrefix("10.200.0.0/24") {
+		t.Fatalf("claim = %s, %v", block, err)
+	}
+	si := exportRecord(t, "east", "cart", "243.0.0.1")
+	si.Namespace = other
+	_, err = eastMCS.MulticlusterV1beta1().ServiceImports(other).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, err, "may only export VIPs inside the clusterset CIDRs 10.200.0.0/16 and fd7a:6d63:7364::/48")
+
+	// The administrator widens the range: the policy follows its parameter.
+	set, err := b.Kube.CoreV1().ConfigMaps(other).Get(ctx, broker.SettingsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.Data["clusterSetCIDRv4"] = "243.0.0.0/8"
+	if _, err := b.Kube.CoreV1().ConfigMaps(other).Update(ctx, set, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if _, err = eastMCS.MulticlusterV1beta1().ServiceImports(other).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	accepted(t, err)
+}

@@ -50,7 +50,7 @@ func TestShippedManifestsAreTheDefaults(t *testing.T) {
 			}
 		}
 	}
-	if len(seen) != 4 {
+	if !seen[SourceClusterPolicy] || !seen[EndpointsPolicy] || len(seen) != 4 {
 		t.Fatalf("found %v in the broker manifests", seen)
 	}
 }
