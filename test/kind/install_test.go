@@ -225,6 +225,22 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		}
 	}
 
+	// The script declared each member and raised the broker's quota to one
+	// member budget per member and a spare one.
+	for _, m := range members {
+		decl, err := cs.Broker.Kube.CoreV1().ConfigMaps("mcsd-broker").Get(ctx, "mcsd-member-"+m.id, metav1.GetOptions{})
+		if err != nil || decl.Data["podCIDRs"] != m.cluster.PodCIDR.String() {
+			t.Errorf("declaration of %s: %v, %v", m.cluster.Name, decl.Data, err)
+		}
+	}
+	quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker").Get(ctx, "mcsd-broker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 15000 {
+		t.Errorf("quota of export records after two joins: %s, want 15000", got.String())
+	}
+
 	// The kubeconfig the script wrote is the member's identity and no
 	// other: writing another cluster's records is refused.
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cs.Dir, exporting.cluster.Name+".broker.kubeconfig"))
