@@ -96,7 +96,10 @@ fi
 echo "broker-join: cluster ${cluster_id} (pods ${pod_cidrs}) joins the broker of context ${broker_ctx} (${broker_server}) as ${broker_ns}/${account}"
 kb get namespace "$broker_ns" >/dev/null
 kb -n "$broker_ns" get role mcsd-member >/dev/null
-kb -n "$broker_ns" get configmap mcsd-broker-settings >/dev/null
+if ! kb -n "$broker_ns" get configmap/mcsd-broker-settings resourcequota/mcsd-broker >/dev/null; then
+  echo "broker-join: the broker has no settings or quota in ${broker_ns}: apply manifests/broker (of this version) first" >&2
+  exit 1
+fi
 declaration="mcsd-member-${cluster_id}"
 kb apply -f - <<YAML
 apiVersion: v1
