@@ -1,8 +1,10 @@
 // Package broker prepares a passive broker: a plain kube-apiserver with the
 // mcs-api CRDs where member clusters exchange their records. It installs the
-// broker namespace, the Role members get, and the admission policy that lets
-// each member write only objects labelled with its own cluster ID, and it
-// creates each member's identity. Nothing of it runs on the broker
+// broker namespace, the Role members get, the broker's settings and
+// ResourceQuota, and the admission policies that let each member write only
+// its own records, under its own names, with VIPs inside the clusterset
+// ranges and endpoints inside its declared pod CIDRs; and it creates each
+// member's identity and declaration. Nothing of it runs on the broker
 // afterwards.
 package broker
 
@@ -13,10 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,8 +30,12 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/manifests"
 )
 
@@ -40,9 +49,21 @@ const MemberRole = "mcsd-member"
 // admission policy reads the cluster ID back from it.
 func ServiceAccountName(clusterID string) string { return "cluster-" + clusterID }
 
-// Install creates or updates the broker's namespace, member Role and
-// admission policy, placing the namespaced objects in namespace.
-func Install(ctx context.Context, kube kubernetes.Interface, namespace string) error {
+// Install creates or updates the broker's namespace, member Role, settings,
+// ResourceQuota and admission policies, with settings (zero fields take
+// their defaults), using config, an administrator's client configuration.
+// It returns once the API server enforces the policies: it makes dry-run
+// writes as a member identity until the policies refuse them (see
+// waitEnforced), so no member write slips through a policy still loading.
+func Install(ctx context.Context, config *rest.Config, settings Settings) error {
+	settings = settings.withDefaults()
+	if err := settings.validate(); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
 	for _, file := range manifests.BrokerFiles {
 		data, err := manifests.Broker.ReadFile(file)
 		if err != nil {
@@ -53,12 +74,12 @@ func Install(ctx context.Context, kube kubernetes.Interface, namespace string) e
 			return fmt.Errorf("%s: %w", file, err)
 		}
 		for _, obj := range objs {
-			if err := apply(ctx, kube, namespace, obj); err != nil {
+			if err := apply(ctx, kube, settings, obj); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
 		}
 	}
-	return nil
+	return waitEnforced(ctx, config, settings.Namespace)
 }
 
 func decode(data []byte) ([]runtime.Object, error) {
@@ -83,7 +104,8 @@ func decode(data []byte) ([]runtime.Object, error) {
 	}
 }
 
-func apply(ctx context.Context, kube kubernetes.Interface, namespace string, obj runtime.Object) error {
+func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, obj runtime.Object) error {
+	namespace := settings.Namespace
 	switch o := obj.(type) {
 	case *corev1.Namespace:
 		o.Name = namespace
@@ -112,6 +134,29 @@ func apply(ctx context.Context, kube kubernetes.Interface, namespace string, obj
 				_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
 				return err
 			})
+	case *corev1.ConfigMap:
+		if o.Name != SettingsName {
+			return fmt.Errorf("unexpected ConfigMap %s in broker manifests", o.Name)
+		}
+		o.Namespace = namespace
+		o.Data = settings.data()
+		cms := kube.CoreV1().ConfigMaps(namespace)
+		return createOrUpdate(ctx, o.Name,
+			func() error { _, err := cms.Create(ctx, o, metav1.CreateOptions{}); return err },
+			func() error {
+				cur, err := cms.Get(ctx, o.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.Labels, cur.Data = o.Labels, o.Data
+				_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+	case *corev1.ResourceQuota:
+		if o.Name != QuotaName {
+			return fmt.Errorf("unexpected ResourceQuota %s in broker manifests", o.Name)
+		}
+		return syncQuota(ctx, kube, namespace, settings.MemberBudget, o.Labels)
 	case *admissionv1.ValidatingAdmissionPolicy:
 		policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 		return createOrUpdate(ctx, o.Name,
@@ -126,6 +171,14 @@ func apply(ctx context.Context, kube kubernetes.Interface, namespace string, obj
 				return err
 			})
 	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		// Parameters and matched objects are in the broker namespace.
+		if o.Spec.ParamRef != nil {
+			o.Spec.ParamRef.Namespace = namespace
+		}
+		if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil {
+			return fmt.Errorf("binding %s does not select the broker namespace", o.Name)
+		}
+		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: namespace}
 		bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 		return createOrUpdate(ctx, o.Name,
 			func() error { _, err := bindings.Create(ctx, o, metav1.CreateOptions{}); return err },
@@ -154,25 +207,108 @@ func createOrUpdate(ctx context.Context, name string, create, update func() erro
 	return nil
 }
 
-// AddMember creates the broker identity of a member cluster — a
-// ServiceAccount bound to the member Role, and a long-lived token for it —
-// and returns the token. The member uses it as its broker credential.
-func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, clusterID string) (string, error) {
+// MemberOptions is what the broker's administrator declares about a member
+// when it joins.
+type MemberOptions struct {
+	// PodCIDRs are the member's pod CIDRs: the broker refuses endpoints of
+	// the member outside them. At least one is required.
+	PodCIDRs []netip.Prefix
+}
+
+// AddMember creates the declaration of a member cluster (the ConfigMap
+// DeclarationName(clusterID) holding its pod CIDRs, replaced when the member
+// joins again) and its broker identity — a ServiceAccount bound to the
+// member Role, and a long-lived token for it — owned by the declaration, so
+// that deleting the declaration removes the member; it raises the broker
+// namespace's ResourceQuota by one member budget and returns the token.
+// The member uses it as its broker credential. Install must have run.
+func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, clusterID string, opts MemberOptions) (string, error) {
 	if err := clusterid.Validate(clusterID); err != nil {
 		return "", err
 	}
+	if len(opts.PodCIDRs) == 0 {
+		return "", fmt.Errorf("member %s: no pod CIDRs: the broker would refuse every endpoint it exports", clusterID)
+	}
+	for _, p := range opts.PodCIDRs {
+		if !p.IsValid() {
+			return "", fmt.Errorf("member %s: invalid pod CIDR %s", clusterID, p)
+		}
+	}
+	settingsCM, err := kube.CoreV1().ConfigMaps(namespace).Get(ctx, SettingsName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading the broker settings %s/%s (is the broker installed?): %w", namespace, SettingsName, err)
+	}
+	settings, err := ParseSettings(settingsCM)
+	if err != nil {
+		return "", err
+	}
+	decl := declarationObject(namespace, Declaration{Cluster: clusterID, PodCIDRs: opts.PodCIDRs})
+	cms := kube.CoreV1().ConfigMaps(namespace)
+	err = createOrUpdate(ctx, decl.Name,
+		func() error { _, err := cms.Create(ctx, decl, metav1.CreateOptions{}); return err },
+		func() error {
+			cur, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Labels, cur.Data = decl.Labels, decl.Data
+			_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+	if err != nil {
+		return "", fmt.Errorf("declaring member %s: %w", clusterID, err)
+	}
+	declared, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading the declaration of member %s: %w", clusterID, err)
+	}
+	// The identity belongs to the declaration: deleting the declaration
+	// deletes the ServiceAccount (and so its token) and the RoleBinding, so
+	// that no member writes without the pod CIDRs that bind its endpoints.
+	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: declared.Name, UID: declared.UID}}
 	name := ServiceAccountName(clusterID)
-	labels := map[string]string{"app.kubernetes.io/name": "mcsd", "mcsd.io/member-cluster": clusterID}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}}
-	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	labels := map[string]string{"app.kubernetes.io/name": "mcsd", LabelMemberCluster: clusterID}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner}}
+	accounts := kube.CoreV1().ServiceAccounts(namespace)
+	err = createOrUpdate(ctx, name,
+		func() error { _, err := accounts.Create(ctx, sa, metav1.CreateOptions{}); return err },
+		func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := accounts.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.OwnerReferences = owner
+				_, err = accounts.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+		})
+	if err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
 	}
+	if err := syncQuota(ctx, kube, namespace, settings.MemberBudget, nil); err != nil {
+		return "", err
+	}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "mcsd-member-" + clusterID, Namespace: namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: "mcsd-member-" + clusterID, Namespace: namespace, Labels: labels, OwnerReferences: owner},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: MemberRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
 	}
-	if _, err := kube.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	bindings := kube.RbacV1().RoleBindings(namespace)
+	err = createOrUpdate(ctx, rb.Name,
+		func() error { _, err := bindings.Create(ctx, rb, metav1.CreateOptions{}); return err },
+		func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := bindings.Get(ctx, rb.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.OwnerReferences = owner
+				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+		})
+	if err != nil {
 		return "", fmt.Errorf("binding %s to Role %s: %w", name, MemberRole, err)
 	}
 	secret := &corev1.Secret{
@@ -186,7 +322,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 		return "", fmt.Errorf("creating token Secret for %s: %w", name, err)
 	}
 	var token string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, secret.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -198,4 +334,124 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 		return "", fmt.Errorf("the token controller never filled Secret %s/%s (is kube-controller-manager running?): %w", namespace, secret.Name, err)
 	}
 	return token, nil
+}
+
+// LabelMemberCluster is the label, with the cluster ID as value, of each
+// member's ServiceAccount, RoleBinding and token Secret on the broker; the
+// quota counts members by it.
+const LabelMemberCluster = "mcsd.io/member-cluster"
+
+// syncQuota sets the broker namespace's ResourceQuota to one budget per
+// member (ServiceAccount labelled LabelMemberCluster) and a spare one.
+// Labels, when not nil, replace the quota's labels.
+func syncQuota(ctx context.Context, kube kubernetes.Interface, namespace string, budget Budget, labels map[string]string) error {
+	accounts, err := kube.CoreV1().ServiceAccounts(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelMemberCluster})
+	if err != nil {
+		return fmt.Errorf("counting the broker's members: %w", err)
+	}
+	quotas := kube.CoreV1().ResourceQuotas(namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		hard := quotaHard(budget, len(accounts.Items))
+		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: namespace, Labels: labels}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+		return createOrUpdate(ctx, QuotaName,
+			func() error { _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); return err },
+			func() error {
+				cur, err := quotas.Get(ctx, QuotaName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if labels != nil {
+					cur.Labels = labels
+				}
+				cur.Spec.Hard = hard
+				_, err = quotas.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+	})
+}
+
+// The broker's admission policies (and their bindings, of the same names).
+// A refusal by one of them says "ValidatingAdmissionPolicy '<name>'".
+const (
+	// SourceClusterPolicy binds members to their own labels, names, claims
+	// and VIPs, with the settings as its parameter.
+	SourceClusterPolicy = "mcsd-broker-source-cluster"
+	// EndpointsPolicy binds members' endpoints to their declared pod CIDRs,
+	// with the declarations as its parameters.
+	EndpointsPolicy = "mcsd-broker-member-endpoints"
+)
+
+// probeCluster is the member identity Install's probes write as; they are
+// dry runs, so a real member of that name is not disturbed.
+const probeCluster = "mcsd-install-probe"
+
+// waitEnforced returns once the API server enforces both admission policies
+// for member writes in namespace. The API server loads a new policy (and
+// its parameters) asynchronously: until then a member's forbidden write
+// goes through. Each probe is a dry-run write that a policy must refuse,
+// made as the member identity of probeCluster (with group system:masters,
+// so that RBAC allows it and only the policies decide). With an API server
+// of several instances, each loads the policies on its own: this checks the
+// one that answers.
+func waitEnforced(ctx context.Context, config *rest.Config, namespace string) error {
+	cfg := rest.CopyConfig(config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + namespace + ":" + ServiceAccountName(probeCluster),
+		Groups:   []string{"system:masters", "system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	labels := map[string]string{mcsv1beta1.LabelSourceCluster: probeCluster}
+	probes := []struct {
+		policy, want string
+		write        func(context.Context) error
+	}{{
+		// A ConfigMap that is not a ClusterSetIP claim.
+		policy: SourceClusterPolicy,
+		want:   "cluster " + probeCluster + " may only write configmaps named",
+		write: func(ctx context.Context) error {
+			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "mcsd-install-probe", Namespace: namespace, Labels: labels},
+			}, dryRun)
+			return err
+		},
+	}, {
+		// A well-named slice with an endpoint of two addresses; refused
+		// whatever the declarations (or, with none, for lack of one).
+		policy: EndpointsPolicy,
+		want:   EndpointsPolicy,
+		write: func(ctx context.Context) error {
+			_, err := kube.DiscoveryV1().EndpointSlices(namespace).Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: "probe.probe." + probeCluster + ".ipv4-0", Namespace: namespace,
+					Labels: record.Labels(probeCluster, "probe", "probe"),
+				},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1", "192.0.2.2"}}},
+			}, dryRun)
+			return err
+		},
+	}}
+	for _, p := range probes {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = p.write(ctx)
+			return last != nil && strings.Contains(last.Error(), p.want), nil
+		})
+		if err != nil {
+			return fmt.Errorf("the broker's admission policy %s is not enforced in namespace %s: a member's forbidden write %s (is the ValidatingAdmissionPolicy API enabled?): %w",
+				p.policy, namespace, outcome(last), err)
+		}
+	}
+	return nil
+}
+
+func outcome(err error) string {
+	if err == nil {
+		return "was accepted"
+	}
+	return "was refused for another reason: " + err.Error()
 }

@@ -181,4 +181,68 @@ func TestClusterIDRulesOnARealAPIServer(t *testing.T) {
 			t.Fatalf("v1alpha1 value %q", v)
 		}
 	})
+
+	t.Run("the API server refuses a change of the cluster ID or clusterset value (KEP-2149)", func(t *testing.T) {
+		reset(t)
+		setProperty(t, "immutable-1")
+		for _, gvr := range []string{"v1beta1", "v1alpha1"} {
+			res := aboutv1beta1.SchemeGroupVersion.WithResource(aboutv1beta1.Resource)
+			res.Version = gvr
+			u, err := c.Dynamic.Resource(res).Get(ctx, aboutv1beta1.ClusterIDName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unstructured.SetNestedField(u.Object, "immutable-2", "spec", "value"); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Dynamic.Resource(res).Update(ctx, u, metav1.UpdateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cannot change") {
+				t.Fatalf("%s: changing %s: %v, want Invalid", gvr, aboutv1beta1.ClusterIDName, err)
+			}
+		}
+		if v, _ := property(t, aboutv1beta1.ClusterIDName); v != "immutable-1" {
+			t.Fatalf("value %q after refused updates", v)
+		}
+		// Rewriting the same value, and deleting, stay allowed.
+		u, err := props.Get(ctx, aboutv1beta1.ClusterIDName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.SetLabels(map[string]string{"touched": "yes"})
+		if _, err := props.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("an update keeping the value: %v", err)
+		}
+
+		set := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": aboutv1beta1.SchemeGroupVersion.String(), "kind": "ClusterProperty",
+			"metadata": map[string]any{"name": aboutv1beta1.ClusterSetName},
+			"spec":     map[string]any{"value": "set-a"},
+		}}
+		if _, err := props.Create(ctx, set, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		set, err = props.Get(ctx, aboutv1beta1.ClusterSetName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(set.Object, "set-b", "spec", "value")
+		if _, err := props.Update(ctx, set, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+			t.Fatalf("changing %s: %v, want Invalid", aboutv1beta1.ClusterSetName, err)
+		}
+
+		other := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": aboutv1beta1.SchemeGroupVersion.String(), "kind": "ClusterProperty",
+			"metadata": map[string]any{"name": "region.example.com"},
+			"spec":     map[string]any{"value": "eu-1"},
+		}}
+		if other, err = props.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(other.Object, "eu-2", "spec", "value")
+		if _, err := props.Update(ctx, other, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("other properties stay mutable: %v", err)
+		}
+		_ = props.Delete(ctx, "region.example.com", metav1.DeleteOptions{})
+		reset(t)
+	})
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsd-io/mcsd/broker"
@@ -20,11 +22,11 @@ func TestBlockClaimsOnARealBroker(t *testing.T) {
 	cs := harness.Start(t, harness.Options{Clusters: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := broker.Install(ctx, cs.Broker.Kube, broker.DefaultNamespace); err != nil {
+	if err := broker.Install(ctx, cs.Broker.Config, broker.Settings{}); err != nil {
 		t.Fatal(err)
 	}
 	claimer := func(t *testing.T, id string) clustersetip.Claimer {
-		token, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, id)
+		token, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, id, broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,8 +113,15 @@ func TestBlockClaimsOnARealBroker(t *testing.T) {
 	})
 
 	t.Run("a cluster cannot withdraw another cluster's claim", func(t *testing.T) {
-		if err := west.Release(ctx, eastBlock); err == nil {
-			t.Fatal("west released east's block")
+		// Install returned once the policies were enforced: the very first
+		// forbidden write is refused.
+		name := clustersetip.ClaimName("east", corev1.IPv4Protocol)
+		err := west.Kube.CoreV1().ConfigMaps(broker.DefaultNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || !strings.Contains(err.Error(), "cluster west may not change or delete an object of cluster east") {
+			t.Fatalf("west deleting east's claim %s: %v, want the broker's admission policy to refuse it", name, err)
+		}
+		if again, err := east.Claim(ctx, v4, netip.Prefix{}, clustersetip.DefaultBlockBitsV4); err != nil || again != eastBlock {
+			t.Fatalf("east's block after west's attempt = %s, %v; want %s", again, err, eastBlock)
 		}
 	})
 }

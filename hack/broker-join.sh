@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Creates a member cluster's identity on the broker and hands it to the
-# member, with kubectl only (what broker.AddMember does in Go):
+# Declares a member cluster on the broker, creates its identity there and
+# hands it to the member, with kubectl only (what broker.AddMember does in
+# Go):
 #
-#   on the broker   ServiceAccount cluster-<id>, RoleBinding mcsd-member-<id>
-#                   to the Role mcsd-member, and a token Secret
-#                   cluster-<id>-token (filled by the token controller);
+#   on the broker   the declaration ConfigMap mcsd-member-<id> holding the
+#                   member's pod CIDRs (--pod-cidrs: the broker refuses the
+#                   member's endpoints outside them); ServiceAccount
+#                   cluster-<id> and RoleBinding mcsd-member-<id> to the Role
+#                   mcsd-member, both owned by the declaration (deleting it
+#                   removes the member); a token Secret cluster-<id>-token
+#                   (filled by the token controller); the ResourceQuota
+#                   mcsd-broker raised to one member budget per member;
 #   locally         a kubeconfig of that identity (--output);
 #   on the member   the Secret mcsd-system/mcsd-broker holding it under the
 #                   key "kubeconfig", which mcsd reads (--broker-secret).
@@ -12,13 +18,15 @@
 # The broker must have been installed first (kubectl apply -k manifests/broker).
 #
 #   hack/broker-join.sh --broker-context BROKER --member-context MEMBER \
-#       [--cluster-id ID] [--broker-server URL] [--broker-namespace NS] \
-#       [--output FILE] [--no-secret]
+#       --pod-cidrs CIDR[,CIDR] [--cluster-id ID] [--broker-server URL] \
+#       [--broker-namespace NS] [--output FILE] [--no-secret]
 #
 # The cluster ID is, in order: --cluster-id; the member's ClusterProperty
 # cluster.clusterset.k8s.io; the UID of the member's kube-system namespace.
 # The last two are what mcsd itself resolves without --cluster-id, so both
 # sides agree; pass the same --cluster-id to mcsd if you give one here.
+# --pod-cidrs are the member's pod CIDRs, comma-separated (its
+# kube-controller-manager's --cluster-cidr; kind's networking.podSubnet).
 # --broker-server is the broker API server's URL as the member's nodes reach
 # it (default: the server of --broker-context).
 set -euo pipefail
@@ -31,6 +39,7 @@ usage() {
 broker_ctx=""
 member_ctx=""
 cluster_id=""
+pod_cidrs=""
 broker_server=""
 broker_ns="mcsd-broker"
 output=""
@@ -40,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --broker-context) broker_ctx="$2"; shift 2 ;;
     --member-context) member_ctx="$2"; shift 2 ;;
     --cluster-id) cluster_id="$2"; shift 2 ;;
+    --pod-cidrs) pod_cidrs="$2"; shift 2 ;;
     --broker-server) broker_server="$2"; shift 2 ;;
     --broker-namespace) broker_ns="$2"; shift 2 ;;
     --output) output="$2"; shift 2 ;;
@@ -48,10 +58,18 @@ while [[ $# -gt 0 ]]; do
     *) echo "broker-join: unknown argument $1" >&2; usage 2 >&2 ;;
   esac
 done
-if [[ -z "$broker_ctx" || -z "$member_ctx" ]]; then
-  echo "broker-join: --broker-context and --member-context are required" >&2
+if [[ -z "$broker_ctx" || -z "$member_ctx" || -z "$pod_cidrs" ]]; then
+  echo "broker-join: --broker-context, --member-context and --pod-cidrs are required" >&2
   usage 2 >&2
 fi
+pod_cidrs=${pod_cidrs// /}
+IFS=, read -r -a cidr_list <<<"$pod_cidrs"
+for cidr in "${cidr_list[@]}"; do
+  if [[ ! "$cidr" =~ ^[0-9a-fA-F.:]+/[0-9]{1,3}$ ]]; then
+    echo "broker-join: pod CIDR \"$cidr\" is not a CIDR" >&2
+    exit 2
+  fi
+done
 
 kb() { kubectl --context "$broker_ctx" "$@"; }
 km() { kubectl --context "$member_ctx" "$@"; }
@@ -75,9 +93,28 @@ if [[ -z "$broker_server" ]]; then
     -o jsonpath='{.clusters[0].cluster.server}')
 fi
 
-echo "broker-join: cluster ${cluster_id} joins the broker of context ${broker_ctx} (${broker_server}) as ${broker_ns}/${account}"
+echo "broker-join: cluster ${cluster_id} (pods ${pod_cidrs}) joins the broker of context ${broker_ctx} (${broker_server}) as ${broker_ns}/${account}"
 kb get namespace "$broker_ns" >/dev/null
 kb -n "$broker_ns" get role mcsd-member >/dev/null
+if ! kb -n "$broker_ns" get configmap/mcsd-broker-settings resourcequota/mcsd-broker >/dev/null; then
+  echo "broker-join: the broker has no settings or quota in ${broker_ns}: apply manifests/broker (of this version) first" >&2
+  exit 1
+fi
+declaration="mcsd-member-${cluster_id}"
+kb apply -f - <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ${declaration}
+  namespace: ${broker_ns}
+  labels:
+    app.kubernetes.io/name: mcsd
+    mcsd.io/member-declaration: ""
+    multicluster.kubernetes.io/source-cluster: "${cluster_id}"
+data:
+  podCIDRs: "${pod_cidrs}"
+YAML
+declaration_uid=$(kb -n "$broker_ns" get configmap "$declaration" -o jsonpath='{.metadata.uid}')
 kb apply -f - <<YAML
 apiVersion: v1
 kind: ServiceAccount
@@ -87,6 +124,11 @@ metadata:
   labels:
     app.kubernetes.io/name: mcsd
     mcsd.io/member-cluster: "${cluster_id}"
+  ownerReferences:
+  - apiVersion: v1
+    kind: ConfigMap
+    name: ${declaration}
+    uid: ${declaration_uid}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -96,6 +138,11 @@ metadata:
   labels:
     app.kubernetes.io/name: mcsd
     mcsd.io/member-cluster: "${cluster_id}"
+  ownerReferences:
+  - apiVersion: v1
+    kind: ConfigMap
+    name: ${declaration}
+    uid: ${declaration_uid}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
@@ -117,6 +164,22 @@ metadata:
     kubernetes.io/service-account.name: ${account}
 type: kubernetes.io/service-account-token
 YAML
+
+# One member budget per member and a spare one, as broker.AddMember does.
+budget() {
+  kb -n "$broker_ns" get configmap mcsd-broker-settings -o "jsonpath={.data.$1}"
+}
+members=$(kb -n "$broker_ns" get serviceaccounts -l mcsd.io/member-cluster -o name | wc -l)
+n=$((members + 1))
+kb -n "$broker_ns" patch resourcequota mcsd-broker --type merge -p "$(cat <<JSON
+{"spec": {"hard": {
+  "count/serviceimports.multicluster.x-k8s.io": "$((n * $(budget memberServiceImports)))",
+  "count/endpointslices.discovery.k8s.io": "$((n * $(budget memberEndpointSlices)))",
+  "count/configmaps": "$((n * $(budget memberConfigMaps) + 2))",
+  "count/leases.coordination.k8s.io": "$((n * $(budget memberLeases)))"
+}}}
+JSON
+)" >/dev/null
 
 # The token controller of the broker's kube-controller-manager fills it.
 token=""

@@ -10,11 +10,15 @@ import "embed"
 //go:embed crds/about.k8s.io_clusterproperties.yaml
 var ClusterPropertyCRD []byte
 
-// Broker holds the broker's manifests: namespace, member Role and the
-// admission policy that binds each member to its own records.
+// Broker holds the broker's manifests: namespace, member Role, settings,
+// quota and the admission policies that bind each member to its own
+// records, names and pod CIDRs.
 //
-//go:embed broker/namespace.yaml broker/member-role.yaml broker/admission-policy.yaml
+//go:embed broker/namespace.yaml broker/member-role.yaml broker/settings.yaml broker/quota.yaml broker/admission-policy.yaml broker/endpoints-policy.yaml
 var Broker embed.FS
 
 // BrokerFiles lists the files of Broker in the order they must be applied.
-var BrokerFiles = []string{"broker/namespace.yaml", "broker/member-role.yaml", "broker/admission-policy.yaml"}
+var BrokerFiles = []string{
+	"broker/namespace.yaml", "broker/member-role.yaml", "broker/settings.yaml", "broker/quota.yaml",
+	"broker/admission-policy.yaml", "broker/endpoints-policy.yaml",
+}

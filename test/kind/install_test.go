@@ -92,7 +92,7 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		members = append(members, m)
 		run("kubectl", "--context", c.Name, "apply", "-k", "manifests/mcsd")
 		out := run("hack/broker-join.sh", "--broker-context", cs.Broker.Name, "--member-context", c.Name,
-			"--broker-server", cs.Broker.Server(), "--output", filepath.Join(cs.Dir, c.Name+".broker.kubeconfig"))
+			"--pod-cidrs", c.PodCIDR.String(), "--broker-server", cs.Broker.Server(), "--output", filepath.Join(cs.Dir, c.Name+".broker.kubeconfig"))
 		t.Logf("%s: %s", c.Name, out)
 		ns, err := c.Kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
 		if err != nil {
@@ -223,6 +223,22 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		if _, err := m.cluster.Kube.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-controllers", metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: no leader-election Lease: %v", m.cluster.Name, err)
 		}
+	}
+
+	// The script declared each member and raised the broker's quota to one
+	// member budget per member and a spare one.
+	for _, m := range members {
+		decl, err := cs.Broker.Kube.CoreV1().ConfigMaps("mcsd-broker").Get(ctx, "mcsd-member-"+m.id, metav1.GetOptions{})
+		if err != nil || decl.Data["podCIDRs"] != m.cluster.PodCIDR.String() {
+			t.Errorf("declaration of %s: %v, %v", m.cluster.Name, decl.Data, err)
+		}
+	}
+	quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker").Get(ctx, "mcsd-broker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 15000 {
+		t.Errorf("quota of export records after two joins: %s, want 15000", got.String())
 	}
 
 	// The kubeconfig the script wrote is the member's identity and no

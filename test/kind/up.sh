@@ -141,11 +141,16 @@ kubectl --context "$CTX1" wait --for=condition=Established --timeout=60s \
 
 # Members reach the broker's API server on the kind docker network.
 broker_server="https://${C1}-control-plane:6443"
-for c in "$C1" "$C2"; do
-  log "Joining $c"
+# Each member is declared with its kind pod subnet: the broker refuses its
+# endpoints outside it.
+join() {
+  local c=$1 pods=$2
+  log "Joining $c (pods $pods)"
   "$KIND_ROOT/hack/broker-join.sh" --broker-context "$CTX1" --member-context "kind-$c" \
-    --broker-server "$broker_server" --output "$KIND_WORK/$c.broker.kubeconfig"
-done
+    --pod-cidrs "$pods" --broker-server "$broker_server" --output "$KIND_WORK/$c.broker.kubeconfig"
+}
+join "$C1" "$POD_CIDR1"
+join "$C2" "$POD_CIDR2"
 
 write_overlay "$C1" "$POD_CIDR1"
 write_overlay "$C2" "$POD_CIDR2"

@@ -12,6 +12,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Value",type=string,JSONPath=`.spec.value`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!(self.metadata.name in ['cluster.clusterset.k8s.io', 'clusterset.k8s.io']) || self.spec.value == oldSelf.spec.value",message="the value of the ClusterProperty cluster.clusterset.k8s.io or clusterset.k8s.io cannot change (KEP-2149): delete and recreate it to change the cluster's identity"
 
 // ClusterProperty is one named fact about the cluster it lives in. The
 // well-known names are ClusterIDName and ClusterSetName.
