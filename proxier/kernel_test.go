@@ -672,9 +672,15 @@ func testKernel(t *testing.T, mode Mode) {
 				}
 			}
 			// The backend keeps running: only conntrack cleanup moves the flow.
+			if n := w.conntrackEntries(t, f, conn.LocalAddr(), f.vip(10), f.ip(gone)); n != 1 && n != -1 {
+				t.Errorf("before the update: %d conntrack entries of the flow to %s, want 1", n, gone.name)
+			}
 			updated := kernelSlices("web", gone.cluster, web, remaining...)
 			w.proxier.OnEndpointSliceUpdate(nil, updated[f.slice])
 			w.sync(t)
+			if n := w.conntrackEntries(t, f, conn.LocalAddr(), f.vip(10), f.ip(gone)); n > 0 {
+				t.Errorf("after the update: %d conntrack entries of the flow to %s, want none", n, gone.name)
+			}
 			id, err := echo.AskUDP(ctx, conn)
 			if err != nil {
 				t.Fatal(err)
@@ -878,6 +884,35 @@ func testKernelUDPOnly(t *testing.T, mode Mode) {
 			}
 		})
 	})
+}
+
+// conntrackEntries counts, with conntrack(8) in the node, the UDP entries
+// of family f from client to vip whose replies come from endpoint; -1
+// without conntrack(8).
+func (w *kernelWorld) conntrackEntries(t *testing.T, f kernelFamily, client net.Addr, vip string, endpoint netip.Addr) int {
+	t.Helper()
+	if _, err := exec.LookPath("conntrack"); err != nil {
+		t.Logf("not counting conntrack entries: %v", err)
+		return -1
+	}
+	family := "ipv4"
+	if f.family == v1.IPv6Protocol {
+		family = "ipv6"
+	}
+	from := client.(*net.UDPAddr).AddrPort()
+	out, err := w.node.Exec("conntrack", "-L", "-f", family, "-p", "udp",
+		"--orig-src", from.Addr().Unmap().String(), "--orig-port-src", fmt.Sprint(from.Port()),
+		"--orig-dst", vip, "--reply-src", endpoint.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "udp ") {
+			n++
+		}
+	}
+	return n
 }
 
 // iptablesChainsIn lists the proxier's chains that save (iptables-save or
