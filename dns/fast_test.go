@@ -136,22 +136,22 @@ func BenchmarkFastPath(b *testing.B) {
 // connection, are read and answered in batches; each gets its own answer,
 // to its own address, whichever path answers it.
 func TestServeQueriesArrivingTogether(t *testing.T) {
-	for _, network := range []string{"udp4", "udp6", "tcp"} {
+	for _, network := range []string{"udp4", "udp6", "tcp", "tcp6"} {
 		t.Run(network, func(t *testing.T) {
-			addr := "127.0.0.1:0"
-			if network == "udp6" {
-				addr = "[::1]:0"
+			family, addr := "4", "127.0.0.1:0"
+			if strings.HasSuffix(network, "6") {
+				family, addr = "6", "[::1]:0"
 			}
-			pc, err := net.ListenPacket(strings.Replace(network, "tcp", "udp4", 1), addr)
+			pc, err := net.ListenPacket("udp"+family, addr)
 			if err != nil {
 				t.Skipf("no %s loopback: %v", network, err)
 			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			ln, err := net.Listen("tcp"+family, addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			server := pc.LocalAddr().String()
-			if network == "tcp" {
+			if strings.HasPrefix(network, "tcp") {
 				server = ln.Addr().String()
 			}
 			serveUntilCleanup(t, fuzzServer(t), pc, ln)

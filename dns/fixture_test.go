@@ -85,6 +85,12 @@ type testServer struct {
 // set to idx.
 func startServer(t testing.TB, idx *Index, cfg Config) *testServer {
 	t.Helper()
+	return startServerOn(t, idx, cfg, "127.0.0.1")
+}
+
+// startServerOn is startServer on another address, such as ::1.
+func startServerOn(t testing.TB, idx *Index, cfg Config, host string) *testServer {
+	t.Helper()
 	cfg.Index = idx
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -96,11 +102,11 @@ func startServer(t testing.TB, idx *Index, cfg Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 
 // TestServeFromAPIServer runs the Index on informers of a real API server
 // and checks that what is created, changed and deleted through the API is
-// what the server answers, over UDP and TCP.
+// what the server answers, over UDP and TCP, on IPv4 and IPv6 loopback (an
+// Index and a server each, on the same informers: an Index packs its fast
+// path's answers for one server).
 func TestServeFromAPIServer(t *testing.T) {
 	cs := harness.Start(t, harness.Options{Clusters: 1})
 	member := cs.Members[0]
@@ -29,19 +32,30 @@ func TestServeFromAPIServer(t *testing.T) {
 	t.Cleanup(cancel)
 
 	logger := ktesting.NewLogger(t, ktesting.NewConfig())
-	idx := NewIndex(logger)
 	mcsFactory := mcsinformers.NewSharedInformerFactory(member.MCS, 0)
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(member.Kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = EndpointSliceSelector }))
-	runDone := make(chan error, 1)
-	go func() { runDone <- idx.Run(ctx, mcsFactory, kubeFactory) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Index.Run: %v", err)
+	var indexes []*Index
+	var ts []*testServer
+	for _, lo := range loopbacks {
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(lo.host, "0"))
+		if err != nil {
+			t.Logf("no %s loopback: %v", lo.name, err)
+			continue
 		}
-	})
-	ts := startServer(t, idx, Config{Logger: logger})
+		_ = pc.Close()
+		idx := NewIndex(logger)
+		runDone := make(chan error, 1)
+		go func() { runDone <- idx.Run(ctx, mcsFactory, kubeFactory) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-runDone; err != nil {
+				t.Errorf("Index.Run: %v", err)
+			}
+		})
+		indexes = append(indexes, idx)
+		ts = append(ts, startServerOn(t, idx, Config{Logger: logger}, lo.host))
+	}
 
 	const ns = "prod"
 	kube, mcs := member.Kube, member.MCS.MulticlusterV1beta1()
@@ -162,12 +176,14 @@ func TestServeFromAPIServer(t *testing.T) {
 	if err := mcs.ServiceImports(ns).Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		services, endpoints := idx.Size()
-		return services == 0 && endpoints == 0, nil
-	}); err != nil {
-		services, endpoints := idx.Size()
-		t.Errorf("index still holds %d services and %d endpoints after every object was deleted", services, endpoints)
+	for _, idx := range indexes {
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			services, endpoints := idx.Size()
+			return services == 0 && endpoints == 0, nil
+		}); err != nil {
+			services, endpoints := idx.Size()
+			t.Errorf("index still holds %d services and %d endpoints after every object was deleted", services, endpoints)
+		}
 	}
 }
 
@@ -180,22 +196,24 @@ func withPorts(es *discoveryv1.EndpointSlice, ports ...int32) *discoveryv1.Endpo
 	return es
 }
 
-// eventually waits until every row is answered as it wants over UDP and
-// TCP, polling: informers deliver changes a moment after the API server
-// accepts them. The timeout only bounds a test that would never pass; it is
-// not a latency assertion.
-func eventually(t *testing.T, ts *testServer, rows ...row) {
+// eventually waits until every row is answered as it wants by each server
+// over UDP and TCP, polling: informers deliver changes a moment after the
+// API server accepts them. The timeout only bounds a test that would never
+// pass; it is not a latency assertion.
+func eventually(t *testing.T, servers []*testServer, rows ...row) {
 	t.Helper()
-	for _, network := range []string{"udp", "tcp"} {
-		for _, r := range rows {
-			var last []string
-			err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-				m := query(r.qname(), r.qtype)
-				last = answerProblems(t, r, ts.exchange(t, network, m))
-				return len(last) == 0, nil
-			})
-			if err != nil {
-				t.Errorf("%s over %s (%s %s): %s", r.name, network, r.qname(), dns.TypeToString[r.qtype], strings.Join(last, "; "))
+	for _, ts := range servers {
+		for _, network := range []string{"udp", "tcp"} {
+			for _, r := range rows {
+				var last []string
+				err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+					m := query(r.qname(), r.qtype)
+					last = answerProblems(t, r, ts.exchange(t, network, m))
+					return len(last) == 0, nil
+				})
+				if err != nil {
+					t.Errorf("%s over %s to %s (%s %s): %s", r.name, network, ts.udp, r.qname(), dns.TypeToString[r.qtype], strings.Join(last, "; "))
+				}
 			}
 		}
 	}

@@ -100,11 +100,10 @@ func (r row) qname() string {
 }
 
 func TestServeRecords(t *testing.T) {
-	idx := clustersetIndex(t)
-	ts := startServer(t, idx, Config{
+	cfg := Config{
 		LocalCluster: localCluster,
 		NSAddresses:  addrs("10.0.0.53", "fd00::53"),
-	})
+	}
 
 	const (
 		ptrWeb    = "0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa."
@@ -257,21 +256,24 @@ func TestServeRecords(t *testing.T) {
 		{name: "zone transfer", q: "", qtype: dns.TypeAXFR, rcode: dns.RcodeRefused},
 	}
 
-	for _, network := range []string{"udp", "tcp"} {
-		t.Run(network, func(t *testing.T) {
-			for _, r := range rows {
-				t.Run(r.name, func(t *testing.T) {
-					t.Parallel()
-					m := query(r.qname(), r.qtype)
-					if r.qclass != 0 {
-						m.Question[0].Qclass = r.qclass
-					}
-					resp := ts.exchange(t, network, m)
-					checkAnswer(t, r, resp)
-				})
-			}
-		})
-	}
+	eachLoopback(t, func(t *testing.T, host string) {
+		ts := startServerOn(t, clustersetIndex(t), cfg, host)
+		for _, network := range []string{"udp", "tcp"} {
+			t.Run(network, func(t *testing.T) {
+				for _, r := range rows {
+					t.Run(r.name, func(t *testing.T) {
+						t.Parallel()
+						m := query(r.qname(), r.qtype)
+						if r.qclass != 0 {
+							m.Question[0].Qclass = r.qclass
+						}
+						resp := ts.exchange(t, network, m)
+						checkAnswer(t, r, resp)
+					})
+				}
+			})
+		}
+	})
 }
 
 // checkAnswer checks resp against the row: rcode, answer and additional
@@ -351,93 +353,97 @@ func TestDashedAddr(t *testing.T) {
 }
 
 func TestServeBigHeadlessTruncatesOverUDPAndAnswersOverTCP(t *testing.T) {
-	idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
-	idx.setImport(headlessImport("prod", "big", port("http", corev1.ProtocolTCP, 80)))
-	var eps []discoveryv1.Endpoint
-	for i := range 200 {
-		eps = append(eps, endpoint("", fmt.Sprintf("10.9.%d.%d", i/250, i%250+1)))
-	}
-	idx.setSlice(mcsSlice("prod", "big-c1", "big", "c1", eps...))
-	idx.markSynced()
-	ts := startServer(t, idx, Config{})
+	eachLoopback(t, func(t *testing.T, host string) {
+		idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
+		idx.setImport(headlessImport("prod", "big", port("http", corev1.ProtocolTCP, 80)))
+		var eps []discoveryv1.Endpoint
+		for i := range 200 {
+			eps = append(eps, endpoint("", fmt.Sprintf("10.9.%d.%d", i/250, i%250+1)))
+		}
+		idx.setSlice(mcsSlice("prod", "big-c1", "big", "c1", eps...))
+		idx.markSynced()
+		ts := startServerOn(t, idx, Config{}, host)
 
-	t.Run("UDP without EDNS0 fits 512 bytes and is truncated", func(t *testing.T) {
-		resp := ts.exchange(t, "udp", query("big.prod.svc.clusterset.local.", dns.TypeA))
-		if !resp.Truncated {
-			t.Fatalf("TC not set on a %d-record answer", len(resp.Answer))
-		}
-		resp.Compress = true // as the server packed it
-		if n := resp.Len(); n > dns.MinMsgSize {
-			t.Errorf("UDP answer is %d bytes, over 512", n)
-		}
-	})
-	t.Run("UDP with a 4096-byte EDNS0 buffer is capped at the server's 1232 bytes and truncated", func(t *testing.T) {
-		m := query("big.prod.svc.clusterset.local.", dns.TypeA)
-		m.SetEdns0(4096, false)
-		resp := ts.exchange(t, "udp", m)
-		if !resp.Truncated {
-			t.Fatalf("TC not set on a %d-record answer", len(resp.Answer))
-		}
-		resp.Compress = true // as the server packed it
-		if n := resp.Len(); n > DefaultMaxUDPSize || n <= dns.MinMsgSize {
-			t.Errorf("UDP answer is %d bytes, want 513..%d", n, DefaultMaxUDPSize)
-		}
-		if resp.IsEdns0() == nil {
-			t.Errorf("truncated answer lost its OPT record")
-		}
-	})
-	t.Run("TCP gets every record", func(t *testing.T) {
-		resp := ts.exchange(t, "tcp", query("big.prod.svc.clusterset.local.", dns.TypeA))
-		if resp.Truncated || len(resp.Answer) != 200 {
-			t.Fatalf("TCP answer: truncated=%v with %d records, want 200", resp.Truncated, len(resp.Answer))
-		}
-	})
-	t.Run("a bare-name SRV over UDP keeps what fits and sets TC", func(t *testing.T) {
-		m := query("big.prod.svc.clusterset.local.", dns.TypeSRV)
-		m.SetEdns0(1232, false)
-		resp := ts.exchange(t, "udp", m)
-		if !resp.Truncated || len(resp.Answer) == 0 {
-			t.Fatalf("truncated=%v with %d SRV records", resp.Truncated, len(resp.Answer))
-		}
+		t.Run("UDP without EDNS0 fits 512 bytes and is truncated", func(t *testing.T) {
+			resp := ts.exchange(t, "udp", query("big.prod.svc.clusterset.local.", dns.TypeA))
+			if !resp.Truncated {
+				t.Fatalf("TC not set on a %d-record answer", len(resp.Answer))
+			}
+			resp.Compress = true // as the server packed it
+			if n := resp.Len(); n > dns.MinMsgSize {
+				t.Errorf("UDP answer is %d bytes, over 512", n)
+			}
+		})
+		t.Run("UDP with a 4096-byte EDNS0 buffer is capped at the server's 1232 bytes and truncated", func(t *testing.T) {
+			m := query("big.prod.svc.clusterset.local.", dns.TypeA)
+			m.SetEdns0(4096, false)
+			resp := ts.exchange(t, "udp", m)
+			if !resp.Truncated {
+				t.Fatalf("TC not set on a %d-record answer", len(resp.Answer))
+			}
+			resp.Compress = true // as the server packed it
+			if n := resp.Len(); n > DefaultMaxUDPSize || n <= dns.MinMsgSize {
+				t.Errorf("UDP answer is %d bytes, want 513..%d", n, DefaultMaxUDPSize)
+			}
+			if resp.IsEdns0() == nil {
+				t.Errorf("truncated answer lost its OPT record")
+			}
+		})
+		t.Run("TCP gets every record", func(t *testing.T) {
+			resp := ts.exchange(t, "tcp", query("big.prod.svc.clusterset.local.", dns.TypeA))
+			if resp.Truncated || len(resp.Answer) != 200 {
+				t.Fatalf("TCP answer: truncated=%v with %d records, want 200", resp.Truncated, len(resp.Answer))
+			}
+		})
+		t.Run("a bare-name SRV over UDP keeps what fits and sets TC", func(t *testing.T) {
+			m := query("big.prod.svc.clusterset.local.", dns.TypeSRV)
+			m.SetEdns0(1232, false)
+			resp := ts.exchange(t, "udp", m)
+			if !resp.Truncated || len(resp.Answer) == 0 {
+				t.Fatalf("truncated=%v with %d SRV records", resp.Truncated, len(resp.Answer))
+			}
+		})
 	})
 }
 
 func TestServeEDNS0(t *testing.T) {
-	ts := startServer(t, clustersetIndex(t), Config{})
-	for _, network := range []string{"udp", "tcp"} {
-		t.Run(network, func(t *testing.T) {
-			t.Run("OPT is echoed with the server's buffer size and the DO bit", func(t *testing.T) {
-				m := query("web.prod.svc.clusterset.local.", dns.TypeA)
-				m.SetEdns0(4096, true)
-				resp := ts.exchange(t, network, m)
-				opt := resp.IsEdns0()
-				if opt == nil {
-					t.Fatalf("no OPT in the answer to an EDNS0 query: %v", resp)
-				}
-				if opt.UDPSize() != DefaultMaxUDPSize || !opt.Do() || opt.Version() != 0 {
-					t.Errorf("OPT = size %d, do %v, version %d; want %d, true, 0", opt.UDPSize(), opt.Do(), opt.Version(), DefaultMaxUDPSize)
-				}
-				if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
-					t.Errorf("answer = %v", resp)
-				}
+	eachLoopback(t, func(t *testing.T, host string) {
+		ts := startServerOn(t, clustersetIndex(t), Config{}, host)
+		for _, network := range []string{"udp", "tcp"} {
+			t.Run(network, func(t *testing.T) {
+				t.Run("OPT is echoed with the server's buffer size and the DO bit", func(t *testing.T) {
+					m := query("web.prod.svc.clusterset.local.", dns.TypeA)
+					m.SetEdns0(4096, true)
+					resp := ts.exchange(t, network, m)
+					opt := resp.IsEdns0()
+					if opt == nil {
+						t.Fatalf("no OPT in the answer to an EDNS0 query: %v", resp)
+					}
+					if opt.UDPSize() != DefaultMaxUDPSize || !opt.Do() || opt.Version() != 0 {
+						t.Errorf("OPT = size %d, do %v, version %d; want %d, true, 0", opt.UDPSize(), opt.Do(), opt.Version(), DefaultMaxUDPSize)
+					}
+					if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+						t.Errorf("answer = %v", resp)
+					}
+				})
+				t.Run("no OPT without EDNS0", func(t *testing.T) {
+					resp := ts.exchange(t, network, query("web.prod.svc.clusterset.local.", dns.TypeA))
+					if resp.IsEdns0() != nil {
+						t.Errorf("OPT in the answer to a query without EDNS0")
+					}
+				})
+				t.Run("an unknown EDNS version gets BADVERS", func(t *testing.T) {
+					m := query("web.prod.svc.clusterset.local.", dns.TypeA)
+					m.SetEdns0(4096, false)
+					m.IsEdns0().SetVersion(1)
+					resp := ts.exchange(t, network, m)
+					if resp.Rcode != dns.RcodeBadVers || resp.IsEdns0() == nil || len(resp.Answer) != 0 {
+						t.Errorf("rcode %s, OPT %v, answer %v; want BADVERS with OPT and no answer", rcodeName(resp.Rcode), resp.IsEdns0(), resp.Answer)
+					}
+				})
 			})
-			t.Run("no OPT without EDNS0", func(t *testing.T) {
-				resp := ts.exchange(t, network, query("web.prod.svc.clusterset.local.", dns.TypeA))
-				if resp.IsEdns0() != nil {
-					t.Errorf("OPT in the answer to a query without EDNS0")
-				}
-			})
-			t.Run("an unknown EDNS version gets BADVERS", func(t *testing.T) {
-				m := query("web.prod.svc.clusterset.local.", dns.TypeA)
-				m.SetEdns0(4096, false)
-				m.IsEdns0().SetVersion(1)
-				resp := ts.exchange(t, network, m)
-				if resp.Rcode != dns.RcodeBadVers || resp.IsEdns0() == nil || len(resp.Answer) != 0 {
-					t.Errorf("rcode %s, OPT %v, answer %v; want BADVERS with OPT and no answer", rcodeName(resp.Rcode), resp.IsEdns0(), resp.Answer)
-				}
-			})
-		})
-	}
+		}
+	})
 }
 
 // rawUDP sends b and returns the answer.
@@ -466,83 +472,87 @@ func rawUDP(t *testing.T, addr string, b []byte) *dns.Msg {
 }
 
 func TestServeMalformedQueries(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	ts := startServer(t, clustersetIndex(t), Config{Registerer: reg})
+	eachLoopback(t, func(t *testing.T, host string) {
+		reg := prometheus.NewRegistry()
+		ts := startServerOn(t, clustersetIndex(t), Config{Registerer: reg}, host)
 
-	t.Run("garbage after a header gets FORMERR", func(t *testing.T) {
-		// ID 0xbeef, a query with one question, then bytes that are no
-		// question.
-		b := []byte{0xbe, 0xef, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xfe, 0xfd}
-		resp := rawUDP(t, ts.udp, b)
-		if resp.Id != 0xbeef || resp.Rcode != dns.RcodeFormatError || !resp.Response {
-			t.Errorf("answer = id %x rcode %s, want id beef FORMERR", resp.Id, rcodeName(resp.Rcode))
-		}
-		if got := testutil.ToFloat64(ts.metrics.malformed); got < 1 {
-			t.Errorf("malformed queries counted %v, want at least 1", got)
-		}
-	})
-	t.Run("two questions get FORMERR", func(t *testing.T) {
-		m := query("web.prod.svc.clusterset.local.", dns.TypeA)
-		m.Question = append(m.Question, m.Question[0])
-		b, err := m.Pack()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp := rawUDP(t, ts.udp, b); resp.Rcode != dns.RcodeFormatError {
-			t.Errorf("rcode = %s, want FORMERR", rcodeName(resp.Rcode))
-		}
-	})
-	t.Run("a question of type OPT gets FORMERR", func(t *testing.T) {
-		resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeOPT))
-		if resp.Rcode != dns.RcodeFormatError {
-			t.Errorf("rcode = %s, want FORMERR", rcodeName(resp.Rcode))
-		}
-	})
-	t.Run("NOTIFY is not implemented", func(t *testing.T) {
-		m := query("clusterset.local.", dns.TypeSOA)
-		m.Opcode = dns.OpcodeNotify
-		resp := ts.exchange(t, "udp", m)
-		if resp.Rcode != dns.RcodeNotImplemented {
-			t.Errorf("rcode = %s, want NOTIMP", rcodeName(resp.Rcode))
-		}
-	})
-	t.Run("the server still answers", func(t *testing.T) {
-		resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeA))
-		if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
-			t.Errorf("answer = %v", resp)
-		}
+		t.Run("garbage after a header gets FORMERR", func(t *testing.T) {
+			// ID 0xbeef, a query with one question, then bytes that are no
+			// question.
+			b := []byte{0xbe, 0xef, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xfe, 0xfd}
+			resp := rawUDP(t, ts.udp, b)
+			if resp.Id != 0xbeef || resp.Rcode != dns.RcodeFormatError || !resp.Response {
+				t.Errorf("answer = id %x rcode %s, want id beef FORMERR", resp.Id, rcodeName(resp.Rcode))
+			}
+			if got := testutil.ToFloat64(ts.metrics.malformed); got < 1 {
+				t.Errorf("malformed queries counted %v, want at least 1", got)
+			}
+		})
+		t.Run("two questions get FORMERR", func(t *testing.T) {
+			m := query("web.prod.svc.clusterset.local.", dns.TypeA)
+			m.Question = append(m.Question, m.Question[0])
+			b, err := m.Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp := rawUDP(t, ts.udp, b); resp.Rcode != dns.RcodeFormatError {
+				t.Errorf("rcode = %s, want FORMERR", rcodeName(resp.Rcode))
+			}
+		})
+		t.Run("a question of type OPT gets FORMERR", func(t *testing.T) {
+			resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeOPT))
+			if resp.Rcode != dns.RcodeFormatError {
+				t.Errorf("rcode = %s, want FORMERR", rcodeName(resp.Rcode))
+			}
+		})
+		t.Run("NOTIFY is not implemented", func(t *testing.T) {
+			m := query("clusterset.local.", dns.TypeSOA)
+			m.Opcode = dns.OpcodeNotify
+			resp := ts.exchange(t, "udp", m)
+			if resp.Rcode != dns.RcodeNotImplemented {
+				t.Errorf("rcode = %s, want NOTIMP", rcodeName(resp.Rcode))
+			}
+		})
+		t.Run("the server still answers", func(t *testing.T) {
+			resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeA))
+			if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+				t.Errorf("answer = %v", resp)
+			}
+		})
 	})
 }
 
 func TestServeFailsUntilSynced(t *testing.T) {
-	idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
-	idx.setImport(clusterSetImport("prod", "web", []string{"243.0.0.10"}, port("http", corev1.ProtocolTCP, 80)))
-	ts := startServer(t, idx, Config{})
+	eachLoopback(t, func(t *testing.T, host string) {
+		idx := NewIndex(ktesting.NewLogger(t, ktesting.NewConfig()))
+		idx.setImport(clusterSetImport("prod", "web", []string{"243.0.0.10"}, port("http", corev1.ProtocolTCP, 80)))
+		ts := startServerOn(t, idx, Config{}, host)
 
-	for _, q := range []*dns.Msg{
-		query("web.prod.svc.clusterset.local.", dns.TypeA),
-		query("dns-version.clusterset.local.", dns.TypeTXT),
-		query("10.0.0.243.in-addr.arpa.", dns.TypePTR),
-	} {
-		if resp := ts.exchange(t, "udp", q); resp.Rcode != dns.RcodeServerFailure {
-			t.Errorf("before sync, %v: rcode = %s, want SERVFAIL", q.Question[0], rcodeName(resp.Rcode))
+		for _, q := range []*dns.Msg{
+			query("web.prod.svc.clusterset.local.", dns.TypeA),
+			query("dns-version.clusterset.local.", dns.TypeTXT),
+			query("10.0.0.243.in-addr.arpa.", dns.TypePTR),
+		} {
+			if resp := ts.exchange(t, "udp", q); resp.Rcode != dns.RcodeServerFailure {
+				t.Errorf("before sync, %v: rcode = %s, want SERVFAIL", q.Question[0], rcodeName(resp.Rcode))
+			}
 		}
-	}
-	if resp := ts.exchange(t, "udp", query("example.com.", dns.TypeA)); resp.Rcode != dns.RcodeRefused {
-		t.Errorf("before sync, another zone: rcode = %s, want REFUSED", rcodeName(resp.Rcode))
-	}
-	if ts.Ready() {
-		t.Errorf("Ready() before the index synced")
-	}
+		if resp := ts.exchange(t, "udp", query("example.com.", dns.TypeA)); resp.Rcode != dns.RcodeRefused {
+			t.Errorf("before sync, another zone: rcode = %s, want REFUSED", rcodeName(resp.Rcode))
+		}
+		if ts.Ready() {
+			t.Errorf("Ready() before the index synced")
+		}
 
-	idx.markSynced()
-	if !ts.Ready() {
-		t.Errorf("not Ready() once synced and serving")
-	}
-	resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeA))
-	if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
-		t.Errorf("after sync: %v", resp)
-	}
+		idx.markSynced()
+		if !ts.Ready() {
+			t.Errorf("not Ready() once synced and serving")
+		}
+		resp := ts.exchange(t, "udp", query("web.prod.svc.clusterset.local.", dns.TypeA))
+		if resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+			t.Errorf("after sync: %v", resp)
+		}
+	})
 }
 
 func TestServeRotatesHeadlessAnswers(t *testing.T) {
@@ -684,100 +694,104 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestRunListensOnUDPAndTCP(t *testing.T) {
-	idx := clustersetIndex(t)
-	// Find a port free on both transports.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	srv, err := New(Config{Index: idx, Listen: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	// The listeners come up asynchronously.
-	for !srv.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("Run ended before serving: %v", err)
-		case <-time.After(time.Millisecond):
+	eachLoopback(t, func(t *testing.T, host string) {
+		idx := clustersetIndex(t)
+		// Find a port free on both transports.
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, network := range []string{"udp", "tcp"} {
-		c := &dns.Client{Net: network, Timeout: time.Minute}
-		resp, _, err := c.Exchange(query("web.prod.svc.clusterset.local.", dns.TypeA), addr)
-		if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
-			t.Errorf("%s: %v %v", network, resp, err)
+		addr := ln.Addr().String()
+		ln.Close()
+		srv, err := New(Config{Index: idx, Listen: addr})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		// The listeners come up asynchronously.
+		for !srv.Ready() {
+			select {
+			case err := <-done:
+				t.Fatalf("Run ended before serving: %v", err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		for _, network := range []string{"udp", "tcp"} {
+			c := &dns.Client{Net: network, Timeout: time.Minute}
+			resp, _, err := c.Exchange(query("web.prod.svc.clusterset.local.", dns.TypeA), addr)
+			if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+				t.Errorf("%s: %v %v", network, resp, err)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
 
 func TestServeReverseZones(t *testing.T) {
-	ts := startServer(t, clustersetIndex(t), Config{
-		ReverseCIDRs: []netip.Prefix{
-			netip.MustParsePrefix("243.0.0.0/8"),
-			netip.MustParsePrefix("fd00:243::/48"),
-			// Off an octet boundary: the enclosing zone, 10.in-addr.arpa.
-			netip.MustParsePrefix("10.0.0.0/12"),
-		},
+	eachLoopback(t, func(t *testing.T, host string) {
+		ts := startServerOn(t, clustersetIndex(t), Config{
+			ReverseCIDRs: []netip.Prefix{
+				netip.MustParsePrefix("243.0.0.0/8"),
+				netip.MustParsePrefix("fd00:243::/48"),
+				// Off an octet boundary: the enclosing zone, 10.in-addr.arpa.
+				netip.MustParsePrefix("10.0.0.0/12"),
+			},
+		}, host)
+		const (
+			v4Zone  = "243.in-addr.arpa."
+			v6Zone  = "0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa."
+			podZone = "10.in-addr.arpa."
+			ptrWeb6 = "0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0." + v6Zone
+		)
+		ptrOutside, _ := dns.ReverseAddr("fd00:10:2::5")
+		ptrUnknownOutside, _ := dns.ReverseAddr("fd00:10:2::99")
+		rows := []row{
+			{name: "PTR of a ClusterSetIP", q: "10.0.0." + v4Zone, qtype: dns.TypePTR,
+				answer: []string{"10.0.0.243.in-addr.arpa. 5 IN PTR web.prod.svc"}},
+			{name: "PTR of an IPv6 ClusterSetIP", q: ptrWeb6, qtype: dns.TypePTR,
+				answer: []string{ptrWeb6 + " 5 IN PTR web.prod.svc"}},
+			{name: "an address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "99.0.0." + v4Zone, qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: v4Zone},
+			{name: "an IPv6 address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "9" + ptrWeb6[1:], qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: v6Zone},
+			{name: "a served address without records of the type: NODATA with the zone's SOA", q: "10.0.0." + v4Zone, qtype: dns.TypeA,
+				authority: v4Zone},
+			{name: "the zone apex has its SOA", q: v4Zone, qtype: dns.TypeSOA,
+				answer: []string{v4Zone + " 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. 0 7200 1800 86400 5"}},
+			{name: "the zone apex has its NS", q: v6Zone, qtype: dns.TypeNS,
+				answer: []string{v6Zone + " 5 IN NS ns.dns.clusterset.local."}},
+			{name: "a partial name above a served address exists", q: "0." + v4Zone, qtype: dns.TypePTR, authority: v4Zone},
+			{name: "a partial name above no served address does not", q: "99." + v4Zone, qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: v4Zone},
+			{name: "octets with leading zeros are no names", q: "010.0.0." + v4Zone, qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: v4Zone},
+			{name: "too many labels are no names", q: "1.10.0.0." + v4Zone, qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: v4Zone},
+			{name: "PTR of a headless endpoint in the enclosing zone of an off-boundary range", q: "1.0.1." + podZone, qtype: dns.TypePTR,
+				answer: []string{"1.0.1.10.in-addr.arpa. 5 IN PTR db-0.c1.db.prod.svc"}},
+			{name: "an endpoint without a name is NXDOMAIN in its zone", q: "1.0.3." + podZone, qtype: dns.TypePTR,
+				rcode: dns.RcodeNameError, authority: podZone},
+			{name: "outside the reverse zones, a served address is still answered", q: ptrOutside, qtype: dns.TypePTR,
+				answer: []string{ptrOutside + " 5 IN PTR fd00-10-2--5.c2.db.prod.svc"}},
+			{name: "outside the reverse zones, NODATA is the name's own", q: ptrOutside, qtype: dns.TypeA, authority: ptrOutside},
+			{name: "outside the reverse zones, other addresses are not ours", q: ptrUnknownOutside, qtype: dns.TypePTR, rcode: dns.RcodeRefused},
+			{name: "a reverse zone's parent is not ours", q: "in-addr.arpa.", qtype: dns.TypeSOA, rcode: dns.RcodeRefused},
+		}
+		for _, network := range []string{"udp", "tcp"} {
+			t.Run(network, func(t *testing.T) {
+				for _, r := range rows {
+					t.Run(r.name, func(t *testing.T) {
+						checkAnswer(t, r, ts.exchange(t, network, query(r.qname(), r.qtype)))
+					})
+				}
+			})
+		}
 	})
-	const (
-		v4Zone  = "243.in-addr.arpa."
-		v6Zone  = "0.0.0.0.3.4.2.0.0.0.d.f.ip6.arpa."
-		podZone = "10.in-addr.arpa."
-		ptrWeb6 = "0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0." + v6Zone
-	)
-	ptrOutside, _ := dns.ReverseAddr("fd00:10:2::5")
-	ptrUnknownOutside, _ := dns.ReverseAddr("fd00:10:2::99")
-	rows := []row{
-		{name: "PTR of a ClusterSetIP", q: "10.0.0." + v4Zone, qtype: dns.TypePTR,
-			answer: []string{"10.0.0.243.in-addr.arpa. 5 IN PTR web.prod.svc"}},
-		{name: "PTR of an IPv6 ClusterSetIP", q: ptrWeb6, qtype: dns.TypePTR,
-			answer: []string{ptrWeb6 + " 5 IN PTR web.prod.svc"}},
-		{name: "an address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "99.0.0." + v4Zone, qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: v4Zone},
-		{name: "an IPv6 address nobody serves is NXDOMAIN with the reverse zone's SOA", q: "9" + ptrWeb6[1:], qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: v6Zone},
-		{name: "a served address without records of the type: NODATA with the zone's SOA", q: "10.0.0." + v4Zone, qtype: dns.TypeA,
-			authority: v4Zone},
-		{name: "the zone apex has its SOA", q: v4Zone, qtype: dns.TypeSOA,
-			answer: []string{v4Zone + " 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. 0 7200 1800 86400 5"}},
-		{name: "the zone apex has its NS", q: v6Zone, qtype: dns.TypeNS,
-			answer: []string{v6Zone + " 5 IN NS ns.dns.clusterset.local."}},
-		{name: "a partial name above a served address exists", q: "0." + v4Zone, qtype: dns.TypePTR, authority: v4Zone},
-		{name: "a partial name above no served address does not", q: "99." + v4Zone, qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: v4Zone},
-		{name: "octets with leading zeros are no names", q: "010.0.0." + v4Zone, qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: v4Zone},
-		{name: "too many labels are no names", q: "1.10.0.0." + v4Zone, qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: v4Zone},
-		{name: "PTR of a headless endpoint in the enclosing zone of an off-boundary range", q: "1.0.1." + podZone, qtype: dns.TypePTR,
-			answer: []string{"1.0.1.10.in-addr.arpa. 5 IN PTR db-0.c1.db.prod.svc"}},
-		{name: "an endpoint without a name is NXDOMAIN in its zone", q: "1.0.3." + podZone, qtype: dns.TypePTR,
-			rcode: dns.RcodeNameError, authority: podZone},
-		{name: "outside the reverse zones, a served address is still answered", q: ptrOutside, qtype: dns.TypePTR,
-			answer: []string{ptrOutside + " 5 IN PTR fd00-10-2--5.c2.db.prod.svc"}},
-		{name: "outside the reverse zones, NODATA is the name's own", q: ptrOutside, qtype: dns.TypeA, authority: ptrOutside},
-		{name: "outside the reverse zones, other addresses are not ours", q: ptrUnknownOutside, qtype: dns.TypePTR, rcode: dns.RcodeRefused},
-		{name: "a reverse zone's parent is not ours", q: "in-addr.arpa.", qtype: dns.TypeSOA, rcode: dns.RcodeRefused},
-	}
-	for _, network := range []string{"udp", "tcp"} {
-		t.Run(network, func(t *testing.T) {
-			for _, r := range rows {
-				t.Run(r.name, func(t *testing.T) {
-					checkAnswer(t, r, ts.exchange(t, network, query(r.qname(), r.qtype)))
-				})
-			}
-		})
-	}
 }
 
 func TestReverseZone(t *testing.T) {
