@@ -76,23 +76,25 @@ func (b *capBook) admits(cluster string, k recordKey) bool {
 
 // added counts a new record and reports whether the cluster's cut must be
 // computed now (it just went over the cap) or soon (a record older than
-// its cut arrived).
-func (b *capBook) added(cluster string, k recordKey) (now, soon bool) {
+// its cut arrived), or else, when the record is beyond the cut, how many
+// of the cluster's records are ignored now.
+func (b *capBook) added(cluster string, k recordKey) (now, soon bool, ignored int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.count[cluster]++
 	if b.count[cluster] <= b.max {
-		return false, false
+		return false, false, 0
 	}
 	cut, ok := b.cut[cluster]
 	if !ok {
-		return true, false
+		return true, false, 0
 	}
 	if compareRecordKeys(k, cut) < 0 {
 		b.dirty[cluster] = true
-		return false, true
+		return false, true, 0
 	}
-	return false, false
+	b.ignored[cluster]++
+	return false, false, b.ignored[cluster]
 }
 
 // removed uncounts a record and reports whether the cluster's cut must be
@@ -145,12 +147,17 @@ func (c *Controller) onRecordAdded(obj any) {
 		c.cfg.Metrics.ignoredRecord(ReasonNamespaceDenied, 1)
 		klog.V(2).InfoS("Ignoring a broker record: its namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "namespace", ns)
 	}
-	now, soon := c.caps.added(cluster, keyOf(r))
+	now, soon, ignored := c.caps.added(cluster, keyOf(r))
 	switch {
 	case now:
 		c.evaluateCap(cluster)
 	case soon:
 		c.capQueue.AddAfter(cluster, capReevaluateAfter)
+	case ignored > 0:
+		// Newer than everything kept: ignored without a reevaluation.
+		c.cfg.Metrics.ignoredRecord(ReasonOverServiceCap, 1)
+		c.cfg.Metrics.setOverCap(cluster, ignored)
+		klog.V(2).InfoS("Ignoring a broker record beyond its cluster's cap", "record", klog.KObj(r), "cluster", cluster, "cap", c.caps.max)
 	}
 }
 

@@ -215,14 +215,14 @@ func TestACapKeepsEachClustersOldestRecords(t *testing.T) {
 	key := func(i int) recordKey { return recordKey{created: t0.Add(time.Duration(i) * time.Second), name: "r"} }
 	b := newCapBook(3)
 	for i := range 3 {
-		if now, soon := b.added("east", key(i)); now || soon {
+		if now, soon, _ := b.added("east", key(i)); now || soon {
 			t.Fatal("a cluster within its cap needs no evaluation")
 		}
 	}
 	if !b.admits("east", key(2)) {
 		t.Fatal("a record within the cap is not admitted")
 	}
-	now, _ := b.added("east", key(3))
+	now, _, _ := b.added("east", key(3))
 	if !now {
 		t.Fatal("going over the cap needs an evaluation at once")
 	}
@@ -235,8 +235,8 @@ func TestACapKeepsEachClustersOldestRecords(t *testing.T) {
 	}
 	t.Run("a flood of newer records displaces nothing and needs no evaluation", func(t *testing.T) {
 		for i := 4; i < 100; i++ {
-			if now, soon := b.added("east", key(i)); now || soon {
-				t.Fatalf("record %d asked for an evaluation", i)
+			if now, soon, ignored := b.added("east", key(i)); now || soon || ignored != i-2 {
+				t.Fatalf("record %d: evaluation now %v soon %v, %d ignored", i, now, soon, ignored)
 			}
 			if b.admits("east", key(i)) {
 				t.Fatalf("record %d admitted", i)
