@@ -310,6 +310,10 @@ func (c *Controller) claimsChanged() {
 		return
 	}
 	klog.V(2).InfoS("ClusterSetIP block owners changed", "owners", describeOwners(owners))
+	if !c.Synced() {
+		// Every service is synced when the importer starts.
+		return
+	}
 	for _, o := range c.records.List() {
 		r, ok := o.(*record.Cached)
 		if !ok || r.Invalid != nil {
@@ -363,6 +367,9 @@ func (c *Controller) declarationsChanged() {
 	n := len(c.undeclared)
 	c.trust.mu.Unlock()
 	c.cfg.Metrics.setUndeclaredClusters(n)
+	if !c.Synced() {
+		return
+	}
 	changed := map[string]bool{}
 	for cluster, d := range declared {
 		if b, ok := before[cluster]; !ok || !slices.Equal(b.PodCIDRs, d.PodCIDRs) {
