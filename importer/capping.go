@@ -63,15 +63,15 @@ func newCapBook(max int) *capBook {
 	return &capBook{max: max, count: map[string]int{}, cut: map[string]recordKey{}, ignored: map[string]int{}, dirty: map[string]bool{}}
 }
 
-// admits reports whether cluster's record with key k counts.
+// admits reports whether cluster's record with key k counts: every record
+// of a cluster that was within the cap when last evaluated (a cluster going
+// over it is evaluated before its new record is synced), else those up to
+// its cut.
 func (b *capBook) admits(cluster string, k recordKey) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.count[cluster] <= b.max {
-		return true
-	}
 	cut, ok := b.cut[cluster]
-	return ok && compareRecordKeys(k, cut) <= 0
+	return !ok || compareRecordKeys(k, cut) <= 0
 }
 
 // added counts a new record and reports whether the cluster's cut must be
@@ -122,7 +122,6 @@ func (b *capBook) evaluate(cluster string, keys []recordKey) (before, after reco
 	before, wasOver = b.cut[cluster]
 	ignoredBefore = b.ignored[cluster]
 	delete(b.dirty, cluster)
-	b.count[cluster] = len(keys)
 	if len(keys) <= b.max {
 		delete(b.cut, cluster)
 		delete(b.ignored, cluster)

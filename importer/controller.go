@@ -373,15 +373,20 @@ func New(cfg Config) (*Controller, error) {
 		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
 		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
 	}
-	// The cap's counts first, so the sync the next handler asks for sees
-	// them.
+	// One handler: the cap counts a record before its service is
+	// enqueued, so the sync sees the count (handlers registered apart run
+	// apart).
 	if _, err := recordInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onRecordAdded(obj) },
-		DeleteFunc: func(obj any) { c.onRecordDeleted(obj) },
+		AddFunc: func(obj any) {
+			c.onRecordAdded(obj)
+			c.enqueueBrokerObject(obj)
+		},
+		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
+		DeleteFunc: func(obj any) {
+			c.onRecordDeleted(obj)
+			c.enqueueBrokerObject(obj)
+		},
 	}); err != nil {
-		return nil, err
-	}
-	if _, err := recordInf.AddEventHandler(enqueueService); err != nil {
 		return nil, err
 	}
 	if _, err := remoteSliceInf.AddEventHandler(enqueueService); err != nil {
