@@ -624,6 +624,15 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		// "Trust between members"): cluster2's copy of cluster1's VIP is
 		// refused, so the service keeps only a VIP from cluster2's block,
 		// or none until cluster2's exporter allocates one.
+		//
+		// Until now the copy was harmless (cluster1's own record holds the
+		// VIP) and refused without a word: no importer told of it.
+		for _, m := range members {
+			list, err := m.Kube.CoreV1().Events("app").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=" + importer.ReasonClusterSetIPNotOwned})
+			if err != nil || len(list.Items) != 0 {
+				t.Fatalf("%s: %v (%v): a harmless copy of the owner's VIP was reported", m.ID, list, err)
+			}
+		}
 		e.unexport(c1, "app", "web")
 		for _, m := range members {
 			si := e.imported(m, "app", "web", minute, "imported from cluster2 only", func(si *mcsv1beta1.ServiceImport) bool {

@@ -130,34 +130,45 @@ func (r rejection) message() string {
 
 // checkVIPs returns exports with every VIP the trust does not allow removed
 // (a record whose VIP is refused counts as one without it, so the merge
-// takes the next valid one), and what it removed.
+// takes the next valid one), and what it removed. A refused VIP that the
+// owning cluster's own record of the same service holds is a harmless copy
+// (exporters copy the merged VIP into their records): it is removed without
+// being reported, so that only a VIP that could take something is told.
 func (c *Controller) checkVIPs(exports []record.Export) ([]record.Export, []rejection) {
-	var out []rejection
+	type refused struct {
+		i             int
+		vip           string
+		reason, owner string
+	}
+	var bad []refused
+	valid := map[string]bool{}
 	for i, e := range exports {
-		if len(e.VIPs) == 0 {
-			continue
-		}
-		kept := e.VIPs[:0:0]
 		for _, vip := range e.VIPs {
 			reason, owner := c.trust.vipVerdict(e.Cluster, vip)
 			if reason == "" {
-				kept = append(kept, vip)
+				valid[vip] = true
 				continue
 			}
-			what := vip
-			if reason == ReasonClusterSetIPNotOwned {
-				if owner == "" {
-					what += " is in no claimed block"
-				} else {
-					what += " is in a block of cluster " + owner
-				}
+			bad = append(bad, refused{i: i, vip: vip, reason: reason, owner: owner})
+		}
+	}
+	var out []rejection
+	for _, r := range bad {
+		e := exports[r.i]
+		e.VIPs = slices.DeleteFunc(slices.Clone(e.VIPs), func(v string) bool { return v == r.vip })
+		exports[r.i] = e
+		if valid[r.vip] {
+			continue
+		}
+		what := r.vip
+		if r.reason == ReasonClusterSetIPNotOwned {
+			if r.owner == "" {
+				what += " is in no claimed block"
+			} else {
+				what += " is in a block of cluster " + r.owner
 			}
-			out = append(out, rejection{reason: reason, cluster: e.Cluster, what: what, count: 1})
 		}
-		if len(kept) != len(e.VIPs) {
-			e.VIPs = kept
-			exports[i] = e
-		}
+		out = append(out, rejection{reason: r.reason, cluster: e.Cluster, what: what, count: 1})
 	}
 	return exports, out
 }

@@ -109,6 +109,20 @@ func TestARejectedVIPLeavesTheMergeTheNextValidOne(t *testing.T) {
 		t.Fatalf("the attacker's record still decides the rest of the spec as the oldest; got %s", res.Oldest)
 	}
 
+	t.Run("a copy of the VIP its owner's record of the same service holds is dropped without a word", func(t *testing.T) {
+		checked, rejected := c.checkVIPs([]record.Export{vipExport("east", t0, "243.1.0.7"), vipExport("attacker", t0.Add(time.Minute), "243.1.0.7")})
+		if len(rejected) != 0 {
+			t.Fatalf("rejected %+v", rejected)
+		}
+		if len(checked[1].VIPs) != 0 || !slices.Equal(checked[0].VIPs, []string{"243.1.0.7"}) {
+			t.Fatalf("VIPs %v and %v: the copy must go, the owner's stay", checked[0].VIPs, checked[1].VIPs)
+		}
+		// Once the owner's record is gone, the copy is refused out loud.
+		_, rejected = c.checkVIPs([]record.Export{vipExport("attacker", t0.Add(time.Minute), "243.1.0.7")})
+		if len(rejected) != 1 {
+			t.Fatalf("rejected %+v", rejected)
+		}
+	})
 	t.Run("with no valid VIP the family is missing", func(t *testing.T) {
 		checked, _ := c.checkVIPs([]record.Export{vipExport("attacker", t0, "243.1.0.99")})
 		res, _ := merge.Merge(checked)
