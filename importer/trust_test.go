@@ -3,6 +3,7 @@ package importer
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,4 +292,21 @@ func TestACapKeepsEachClustersOldestRecords(t *testing.T) {
 			t.Fatalf("over %v->%v ignored %d", wasOver, isOver, ignored)
 		}
 	})
+}
+
+// BenchmarkCapOfAFlood is the cost of computing the cut of a cluster that
+// floods the broker with 100,000 records against the default cap: done at
+// most once a second per cluster.
+func BenchmarkCapOfAFlood(b *testing.B) {
+	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	keys := make([]recordKey, 100000)
+	for i := range keys {
+		keys[i] = recordKey{created: t0.Add(time.Duration(i%5000) * time.Second), name: "r" + strconv.Itoa(i)}
+	}
+	book := newCapBook(DefaultMaxServicesPerCluster)
+	b.ResetTimer()
+	for range b.N {
+		in := slices.Clone(keys)
+		book.evaluate("flood", in)
+	}
 }
