@@ -24,6 +24,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -203,14 +204,31 @@ func BenchmarkImportAtScale(b *testing.B) {
 		go wait.UntilWithContext(renewCtx, func(ctx context.Context) { _ = fake.Renew(ctx) }, 2*time.Second)
 	}
 
+	// Each cluster allocates its VIPs from a block it claimed: importers
+	// count no other (docs/importer.md, "Trust between members").
+	vipBase := map[string][4]byte{clusters[0]: m.Blocks[corev1.IPv4Protocol].Addr().As4()}
+	for i, c := range clusters[1:] {
+		block := netip.PrefixFrom(netip.AddrFrom4([4]byte{243, byte(200 + i), 0, 0}), 16)
+		claim := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   clustersetip.ClaimName(c, corev1.IPv4Protocol),
+				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: c},
+			},
+			Data: map[string]string{clustersetip.ClaimKey: block.String()},
+		}
+		if _, err := kube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		vipBase[c] = block.Addr().As4()
+	}
+
 	began := time.Now()
-	vipBase := netip.MustParseAddr("243.200.0.0").As4()
 	err := fixture.InParallel(ctx, 32, n, func(ctx context.Context, i int) error {
 		for ci, cluster := range clusters {
 			fake := fixture.FakeExporter{Cluster: cluster, Kube: kube, MCS: mcs}
 			if err := fake.Export(ctx, fixture.FakeService{
 				Namespace: fmt.Sprintf("scale-%02d", i%namespaces), Name: fmt.Sprintf("svc-%05d", i),
-				VIP:       vipFor(vipBase, i),
+				VIP:       vipFor(vipBase[cluster], i),
 				Endpoints: []string{fmt.Sprintf("10.%d.%d.%d", 64+ci, (i/250)%250, i%250+1)},
 			}); err != nil {
 				return err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,7 +93,32 @@ type Config struct {
 	// and event handlers, and removes the handlers when it stops.
 	SharedImports mcsinformers.SharedInformerFactory
 	SharedSlices  informers.SharedInformerFactory
+
+	// ClusterSetCIDRs are the clusterset's ClusterSetIP ranges (the
+	// daemon's --clusterset-cidrs): a record's VIP outside them is
+	// ignored. Empty: VIPs are checked against the block claims only.
+	ClusterSetCIDRs []netip.Prefix
+	// DeniedNamespaces are namespaces whose services are never imported
+	// (nil: DefaultDeniedNamespaces; empty: none).
+	DeniedNamespaces []string
+	// MaxServicesPerCluster is how many export records one cluster may
+	// contribute; its newest beyond that are ignored (default
+	// DefaultMaxServicesPerCluster).
+	MaxServicesPerCluster int
+	// GoneClusterGrace is how long the records of a dead cluster (or of a
+	// cluster without a Lease) still count in merges (default
+	// DefaultGoneClusterGrace).
+	GoneClusterGrace time.Duration
+	// LeaseClockSkew is how far behind this cluster's clock another
+	// cluster's may be for its Lease, seen first, to count as live
+	// (default DefaultLeaseClockSkew).
+	LeaseClockSkew time.Duration
 }
+
+// DefaultDeniedNamespaces are the namespaces not imported when
+// Config.DeniedNamespaces is nil: no member may place a ServiceImport or
+// endpoints among the cluster's own system services.
+var DefaultDeniedNamespaces = []string{"kube-system"}
 
 // SharedSliceSelector selects the EndpointSlices the importer writes, as a
 // shared informer (Config.SharedSlices) must: its managed-by and both MCS
@@ -126,6 +153,12 @@ type Controller struct {
 	localKube    informers.SharedInformerFactory
 	localSlices  informers.SharedInformerFactory
 	localMCS     mcsinformers.SharedInformerFactory
+	// brokerClaims and brokerDeclarations: ClusterSetIP block claims and
+	// member declarations, the ConfigMaps the trust checks read.
+	brokerClaims       informers.SharedInformerFactory
+	brokerDeclarations informers.SharedInformerFactory
+	claims             cache.Store
+	declarations       cache.Store
 
 	records      cache.Indexer // broker export records
 	remoteSlices cache.Indexer // broker EndpointSlices
@@ -138,6 +171,8 @@ type Controller struct {
 	// cluster IDs whose liveness is due for reevaluation.
 	queue        workqueue.TypedRateLimitingInterface[string]
 	clusterQueue workqueue.TypedDelayingInterface[string]
+	// capQueue holds clusters whose cap is due for reevaluation.
+	capQueue workqueue.TypedDelayingInterface[string]
 
 	// importCache and ownCache are the ServiceImport and own-slice caches
 	// with the importer's own writes laid over them until the informers
@@ -156,6 +191,17 @@ type Controller struct {
 	cleanup     *pacer
 	slices      sliceapply.Applier
 	initialized chan struct{}
+
+	trust *trust
+	// undeclared are the clusters said to have no declaration (guarded by
+	// trust.mu).
+	undeclared map[string]bool
+	caps       *capBook
+	denied     map[string]bool
+	// rejected is, per service, what the last sync refused of its
+	// records, so each refusal is counted, logged and told once.
+	rejectedMu sync.Mutex
+	rejected   map[string]map[string]rejection
 }
 
 // mutationTTL is how long a write is laid over the caches: far longer than
@@ -191,6 +237,18 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.CleanupRate <= 0 {
 		cfg.CleanupRate = DefaultCleanupRate
 	}
+	if cfg.DeniedNamespaces == nil {
+		cfg.DeniedNamespaces = DefaultDeniedNamespaces
+	}
+	if cfg.MaxServicesPerCluster <= 0 {
+		cfg.MaxServicesPerCluster = DefaultMaxServicesPerCluster
+	}
+	if cfg.GoneClusterGrace <= 0 {
+		cfg.GoneClusterGrace = DefaultGoneClusterGrace
+	}
+	if cfg.LeaseClockSkew <= 0 {
+		cfg.LeaseClockSkew = DefaultLeaseClockSkew
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -213,10 +271,20 @@ func New(cfg Config) (*Controller, error) {
 		queue:        worker.NewQueue("importer", queueClock),
 		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
 		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
+		capQueue:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-caps", Clock: queueClock}),
 		probeNow:     make(chan struct{}, 1),
 		publishNow:   make(chan struct{}, 1),
 		initialized:  make(chan struct{}),
+		trust:        &trust{clusterSet: cfg.ClusterSetCIDRs},
+		undeclared:   map[string]bool{},
+		caps:         newCapBook(cfg.MaxServicesPerCluster),
+		denied:       map[string]bool{},
+		rejected:     map[string]map[string]rejection{},
 	}
+	for _, ns := range cfg.DeniedNamespaces {
+		c.denied[ns] = true
+	}
+	c.book.skew, c.book.grace = cfg.LeaseClockSkew, cfg.GoneClusterGrace
 	c.cleanup = newPacer(cfg.CleanupRate, c.queue.Add)
 	c.slices = c.sliceApplier()
 	c.broker.lastContact = cfg.Clock.Now()
@@ -305,7 +373,20 @@ func New(cfg Config) (*Controller, error) {
 		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
 		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
 	}
-	if _, err := recordInf.AddEventHandler(enqueueService); err != nil {
+	// One handler: the cap counts a record before its service is
+	// enqueued, so the sync sees the count (handlers registered apart run
+	// apart).
+	if _, err := recordInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			c.onRecordAdded(obj)
+			c.enqueueBrokerObject(obj)
+		},
+		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
+		DeleteFunc: func(obj any) {
+			c.onRecordDeleted(obj)
+			c.enqueueBrokerObject(obj)
+		},
+	}); err != nil {
 		return nil, err
 	}
 	if _, err := remoteSliceInf.AddEventHandler(enqueueService); err != nil {
@@ -355,6 +436,10 @@ func New(cfg Config) (*Controller, error) {
 		recordInf.HasSynced, remoteSliceInf.HasSynced, leaseInf.HasSynced,
 		nsInf.Informer().HasSynced, importReg.HasSynced, ownSliceReg.HasSynced,
 	}
+	if err := c.newTrustInformers(); err != nil {
+		c.releaseShared()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -366,13 +451,22 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.releaseShared()
 	defer c.queue.ShutDown()
 	defer c.clusterQueue.ShutDown()
+	defer c.capQueue.ShutDown()
 	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.localKube, c.localSlices, c.localMCS} {
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.brokerClaims, c.brokerDeclarations, c.localKube, c.localSlices, c.localMCS} {
 		f.Start(ctx.Done())
 	}
 	logger.Info("Starting importer", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "clusterTTL", c.cfg.ClusterTTL)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("importer: caches did not sync: %w", ctx.Err())
+	}
+	// Clusters without a Lease are dead since now; the records of every
+	// cluster are weighed, and the caps computed from every record, before
+	// the first sync.
+	c.book.start(c.cfg.Clock.Now())
+	for _, cluster := range c.records.ListIndexFuncValues(byCluster) {
+		c.evaluateCap(cluster)
+		c.clusterQueue.Add(cluster)
 	}
 	close(c.initialized)
 	c.cfg.Metrics.setBrokerReachable(true)
@@ -382,6 +476,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	go c.runPublisher(ctx)
 	go c.cleanup.run(ctx)
 	go wait.UntilWithContext(ctx, c.clusterWorker, time.Second)
+	go wait.Until(c.capWorker, time.Second, ctx.Done())
 	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Importing service", Clock: c.cfg.Clock}
 	pool.Run(ctx, c.cfg.Workers)
 	<-ctx.Done()
@@ -439,8 +534,22 @@ func (c *Controller) syncCluster(ctx context.Context, cluster string) {
 			c.cleanup.enqueue(keys)
 		}
 	}
-	if d, ok := c.book.expiresIn(cluster); ok {
-		// A little past expiry, so the evaluation then sees it expired.
+	if pinned, changed := c.book.pinTransition(cluster); changed {
+		keys := c.serviceKeysOfCluster(cluster)
+		if pinned {
+			logger.Info("Cluster's records count again in merges", "cluster", cluster, "services", len(keys))
+		} else {
+			logger.Info("Cluster is gone past the grace: its records no longer count in merges (type, ports, ClusterSetIPs)", "cluster", cluster, "grace", c.cfg.GoneClusterGrace, "services", len(keys))
+			c.cfg.Metrics.ignoredRecord(ReasonClusterGonePastGrace, len(keys))
+			c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterGonePastGrace,
+				"Cluster %s has been gone for more than %s: its records of %d services no longer decide their type, ports or ClusterSetIPs until it renews its Lease", cluster, c.cfg.GoneClusterGrace, len(keys))
+		}
+		for _, key := range keys {
+			c.queue.Add(key)
+		}
+	}
+	if d, ok := c.book.nextChange(cluster); ok {
+		// A little past the change, so the evaluation then sees it.
 		c.clusterQueue.AddAfter(cluster, d+10*time.Millisecond)
 	}
 	c.cfg.Metrics.setLiveClusters(c.book.liveCount())

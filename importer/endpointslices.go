@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
@@ -29,6 +30,12 @@ import (
 type source struct {
 	export record.Export
 	slices []*discoveryv1.EndpointSlice
+	// keep, when set, says which endpoints are imported (those inside the
+	// cluster's declared pod CIDRs).
+	keep func(discoveryv1.Endpoint) bool
+	// remote: the source is another cluster, whose endpoints are stripped
+	// of what names its topology (see remoteEndpoint).
+	remote bool
 }
 
 // desiredSlices computes the local MCS EndpointSlices of one service: for
@@ -63,11 +70,16 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 		}
 		portsValue := ports.Encode()
 
-		groups := endpointgroup.Of(src.slices, endpointgroup.Options{
+		opts := endpointgroup.Options{
 			// Endpoints of a family the service does not have cannot be
 			// reached through it.
 			Family: func(f discoveryv1.AddressType) bool { return families[f] },
-		})
+			Keep:   src.keep,
+		}
+		if src.remote {
+			opts.Endpoint = remoteEndpoint
+		}
+		groups := endpointgroup.Of(src.slices, opts)
 		index := map[discoveryv1.AddressType]int{}
 		for _, g := range groups {
 			// A group without endpoints still gets its (empty) slice: the
@@ -166,14 +178,24 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 		contentDigest(have) == contentDigest(want)
 }
 
-// writeSlices makes the service's local MCS EndpointSlices match the live
-// contributing clusters' broker slices: slices are updated in place, and
-// only extras are deleted (none while the broker is unreachable).
-func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, live []string, exports map[string]record.Export) error {
-	key := si.Namespace + "/" + si.Name
+// remoteEndpoint is what the importer writes locally of another cluster's
+// endpoint: its addresses, conditions, hostname and zone, without nodeName,
+// targetRef and hints. Those name the other cluster's nodes and pods: here
+// they would name nothing, or, worse, a local node (internalTrafficPolicy
+// Local picks endpoints by nodeName) or a local pod. The zone stays: it is
+// informational, and nothing local routes on another cluster's zones.
+func remoteEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
+	out := *ep.DeepCopy()
+	out.NodeName, out.TargetRef, out.Hints = nil, nil, nil
+	return out
+}
+
+// sourcesOf gathers the broker slices of the service's live contributing
+// clusters, with each cluster's endpoint check, and what the checks drop.
+func (c *Controller) sourcesOf(key string, live []string, exports map[string]record.Export) ([]source, []rejection, error) {
 	remote, err := c.remoteSlices.ByIndex(byService, key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	byCluster := map[string][]*discoveryv1.EndpointSlice{}
 	for _, o := range remote {
@@ -185,9 +207,26 @@ func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		byCluster[cluster] = append(byCluster[cluster], s)
 	}
 	var sources []source
+	var dropped []rejection
 	for _, cluster := range live {
-		sources = append(sources, source{export: exports[cluster], slices: byCluster[cluster]})
+		src := source{export: exports[cluster], slices: byCluster[cluster], remote: cluster != c.cfg.ClusterID}
+		if len(src.slices) > 0 {
+			var d *broker.Declaration
+			src.keep, d = c.endpointFilter(cluster)
+			if r, ok := checkEndpoints(cluster, src.slices, src.keep, d); ok {
+				dropped = append(dropped, r)
+			}
+		}
+		sources = append(sources, src)
 	}
+	return sources, dropped, nil
+}
+
+// writeSlices makes the service's local MCS EndpointSlices hold the
+// sources' endpoints: slices are updated in place, and only extras are
+// deleted (none while the broker is unreachable).
+func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, sources []source) error {
+	key := si.Namespace + "/" + si.Name
 	want := desiredSlices(si, sources)
 	have, err := c.ownSlicesOf(key)
 	if err != nil {

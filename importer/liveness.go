@@ -19,6 +19,18 @@ import (
 // from the renewTime the other cluster wrote: clocks of different clusters
 // may disagree, and a skewed clock must not kill or revive a cluster.
 //
+// The first sight of a Lease (after this importer starts, or takes over
+// from another replica) is no renewal: the cluster is live then only if the
+// renewTime it wrote, plus the TTL and the clock skew allowed between
+// clusters, is still ahead of this importer's clock. Otherwise it stays dead
+// until its Lease changes, so a cluster that died before a restart does not
+// come back for a TTL.
+//
+// A cluster dead for longer than the grace (or without any Lease since this
+// importer started that long ago) is gone for good as far as the merge is
+// concerned: its records stop pinning the services' spec and VIPs (see
+// pinned) until it renews again.
+//
 // While the broker cannot be reached nothing can be observed, so the book
 // is frozen at the last moment the broker answered: nobody dies for lack
 // of news. When the broker answers again every cluster that was live then
@@ -27,9 +39,22 @@ type leaseBook struct {
 	clock clock.PassiveClock
 	ttl   time.Duration
 	local string
+	// skew is how far another cluster's clock may be behind this one's
+	// for its renewTime to count on first sight.
+	skew time.Duration
+	// grace is how long a dead cluster's records still count in merges.
+	grace time.Duration
 
 	mu   sync.Mutex
 	seen map[string]leaseSeen
+	// started is when the importer started: clusters without a Lease are
+	// dead since then.
+	started time.Time
+	// goneSince holds, for clusters whose Lease was deleted, when they
+	// died.
+	goneSince map[string]time.Time
+	// pinnedReported is the pinning last reported by pinTransition.
+	pinnedReported map[string]bool
 	// frozenAt is when the broker last answered before it stopped; nil
 	// while it answers.
 	frozenAt *time.Time
@@ -46,7 +71,28 @@ type leaseSeen struct {
 }
 
 func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leaseBook {
-	return &leaseBook{clock: clk, ttl: ttl, local: local, seen: map[string]leaseSeen{}, reported: map[string]bool{}}
+	return &leaseBook{
+		clock: clk, ttl: ttl, local: local, skew: DefaultLeaseClockSkew, grace: DefaultGoneClusterGrace,
+		started: clk.Now(), seen: map[string]leaseSeen{}, goneSince: map[string]time.Time{},
+		reported: map[string]bool{}, pinnedReported: map[string]bool{},
+	}
+}
+
+// DefaultLeaseClockSkew is how far behind this importer's clock another
+// cluster's may be for its Lease to count as live on first sight
+// (Config.LeaseClockSkew).
+const DefaultLeaseClockSkew = 5 * time.Second
+
+// DefaultGoneClusterGrace is how long the records of a dead cluster still
+// count in merges (Config.GoneClusterGrace).
+const DefaultGoneClusterGrace = 10 * time.Minute
+
+// start sets the moment the importer started: a cluster with no Lease at
+// all has been dead since then.
+func (b *leaseBook) start(at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.started = at
 }
 
 // leaseVersion is one version of a cluster's Lease as the book compares
@@ -105,7 +151,19 @@ func (b *leaseBook) observe(cluster string, v leaseVersion) bool {
 		b.seen[cluster] = s
 		return false
 	}
-	b.seen[cluster] = leaseSeen{version: v, observed: b.clock.Now()}
+	now := b.clock.Now()
+	observed := now
+	if !ok && !v.renewed.IsZero() {
+		// First sight: not a renewal witnessed here. The cluster counts as
+		// renewed when it says it renewed, allowing its clock to be skew
+		// behind ours (a clock ahead of ours is taken as now): a Lease
+		// renewed long ago is dead at once, and stays so until it changes.
+		if at := v.renewed.Add(b.skew); at.Before(now) {
+			observed = at
+		}
+	}
+	delete(b.goneSince, cluster)
+	b.seen[cluster] = leaseSeen{version: v, observed: observed}
 	return true
 }
 
@@ -114,7 +172,87 @@ func (b *leaseBook) observe(cluster string, v leaseVersion) bool {
 func (b *leaseBook) forget(cluster string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := b.seen[cluster]; ok {
+		// Dead when its TTL ran out, or now if it was still live.
+		gone := b.deadSinceLocked(cluster)
+		if now := b.clock.Now(); gone.After(now) {
+			gone = now
+		}
+		b.goneSince[cluster] = gone
+	}
 	delete(b.seen, cluster)
+}
+
+// now is the moment liveness is judged at: the clock's, or the moment the
+// broker last answered while the book is frozen.
+func (b *leaseBook) nowLocked() time.Time {
+	if b.frozenAt != nil {
+		return *b.frozenAt
+	}
+	return b.clock.Now()
+}
+
+// deadSinceLocked is when a cluster that is not live died: its last
+// renewal's TTL ran out, its Lease was deleted, or, with no Lease ever
+// seen, the importer started.
+func (b *leaseBook) deadSinceLocked(cluster string) time.Time {
+	if s, ok := b.seen[cluster]; ok {
+		return s.observed.Add(b.ttl)
+	}
+	if at, ok := b.goneSince[cluster]; ok {
+		return at
+	}
+	return b.started
+}
+
+// pinned reports whether cluster's records count in merges: it is live, or
+// dead for less than the grace.
+func (b *leaseBook) pinned(cluster string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pinnedLocked(cluster)
+}
+
+func (b *leaseBook) pinnedLocked(cluster string) bool {
+	if b.liveLocked(cluster) {
+		return true
+	}
+	return b.nowLocked().Sub(b.deadSinceLocked(cluster)) < b.grace
+}
+
+// pinTransition reevaluates whether cluster's records count, and reports
+// whether that changed since the last call for it (the first call reports
+// a change only when they do not count).
+func (b *leaseBook) pinTransition(cluster string) (pinned, changed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pinned = b.pinnedLocked(cluster)
+	prev, known := b.pinnedReported[cluster]
+	b.pinnedReported[cluster] = pinned
+	if !known {
+		return pinned, !pinned
+	}
+	return pinned, pinned != prev
+}
+
+// nextChange returns how long until cluster's liveness or pinning next
+// changes without a renewal: its TTL running out while live, the grace
+// running out while dead. False when nothing is due: this cluster, a
+// frozen book, or a cluster past its grace.
+func (b *leaseBook) nextChange(cluster string) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cluster == b.local || b.frozenAt != nil {
+		return 0, false
+	}
+	now := b.clock.Now()
+	if b.liveLocked(cluster) {
+		return b.seen[cluster].observed.Add(b.ttl).Sub(now), true
+	}
+	if end := b.deadSinceLocked(cluster).Add(b.grace); end.After(now) {
+		return end.Sub(now), true
+	}
+	return 0, false
 }
 
 // live reports whether cluster's endpoints belong to its services.

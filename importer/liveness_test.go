@@ -200,3 +200,144 @@ func TestARenewalAfterTheBrokerWasRestoredFromABackupCounts(t *testing.T) {
 		t.Fatal("an older renewTime at a lower revision counted")
 	}
 }
+
+// at is a version of a Lease renewed at t by the other cluster's clock.
+func at(t time.Time) leaseVersion {
+	return leaseVersion{renew: t.UTC().Format(time.RFC3339Nano), renewed: t}
+}
+
+func TestALeaseSeenFirstIsJudgedByItsRenewTime(t *testing.T) {
+	t.Run("a Lease renewed long before the importer started is dead until it renews", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", at(clk.Now().Add(-time.Hour)))
+		expectLive(t, b, "east", false)
+		if live, changed, _ := b.transition("east"); live || !changed {
+			t.Fatalf("first evaluation: live %v changed %v; want dead", live, changed)
+		}
+		clk.Step(time.Second)
+		if !b.observe("east", at(clk.Now())) {
+			t.Fatal("its next renewal is one")
+		}
+		expectLive(t, b, "east", true)
+	})
+	t.Run("a Lease renewed just before is live for what is left of its TTL and the allowed skew", func(t *testing.T) {
+		b, clk := newBook(t)
+		renewed := clk.Now().Add(-ttl/2 - b.skew)
+		b.observe("east", at(renewed))
+		expectLive(t, b, "east", true)
+		d, ok := b.expiresIn("east")
+		if want := ttl / 2; !ok || d != want {
+			t.Fatalf("expiresIn = %v, %v; want %v", d, ok, want)
+		}
+		clk.Step(d)
+		expectLive(t, b, "east", false)
+	})
+	t.Run("a clock behind ours by less than the allowed skew does not kill a live cluster", func(t *testing.T) {
+		b, clk := newBook(t)
+		// Renewed just now, by a clock ttl+skew/2 behind.
+		b.observe("east", at(clk.Now().Add(-ttl-b.skew/2)))
+		expectLive(t, b, "east", true)
+	})
+	t.Run("a clock ahead of ours counts as renewed now, not later", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", at(clk.Now().Add(time.Hour)))
+		if d, ok := b.expiresIn("east"); !ok || d != ttl {
+			t.Fatalf("expiresIn = %v, %v; want the TTL", d, ok)
+		}
+	})
+	t.Run("a renewal seen later is timed on the importer's clock whatever its renewTime", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", at(clk.Now()))
+		clk.Step(ttl - time.Second)
+		b.observe("east", at(clk.Now().Add(-time.Hour)))
+		if d, ok := b.expiresIn("east"); !ok || d != ttl {
+			t.Fatalf("expiresIn = %v, %v; want the TTL", d, ok)
+		}
+	})
+}
+
+func TestRecordsOfClustersGonePastTheGraceStopCounting(t *testing.T) {
+	const grace = time.Minute
+	newGraceBook := func(t *testing.T) (*leaseBook, *testingclock.FakeClock) {
+		b, clk := newBook(t)
+		b.grace = grace
+		b.start(clk.Now())
+		return b, clk
+	}
+	t.Run("a dead cluster counts for the grace after its TTL ran out, then not until it renews", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		b.observe("east", at(clk.Now()))
+		if _, changed := b.pinTransition("east"); changed {
+			t.Fatal("a live cluster's first evaluation is no change")
+		}
+		clk.Step(ttl)
+		expectLive(t, b, "east", false)
+		if !b.pinned("east") {
+			t.Fatal("a cluster dead for less than the grace stopped counting")
+		}
+		if d, ok := b.nextChange("east"); !ok || d != grace {
+			t.Fatalf("nextChange = %v, %v; want the grace", d, ok)
+		}
+		clk.Step(grace)
+		if pinned, changed := b.pinTransition("east"); pinned || !changed {
+			t.Fatalf("after the grace: pinned %v changed %v", pinned, changed)
+		}
+		if _, ok := b.nextChange("east"); ok {
+			t.Fatal("nothing is due for a cluster past its grace")
+		}
+		b.observe("east", at(clk.Now()))
+		if pinned, changed := b.pinTransition("east"); !pinned || !changed {
+			t.Fatalf("after renewing: pinned %v changed %v", pinned, changed)
+		}
+	})
+	t.Run("a cluster without a Lease counts for the grace after the importer started", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		if !b.pinned("old") {
+			t.Fatal("stopped counting at once")
+		}
+		if d, ok := b.nextChange("old"); !ok || d != grace {
+			t.Fatalf("nextChange = %v, %v; want the grace", d, ok)
+		}
+		clk.Step(grace)
+		if b.pinned("old") {
+			t.Fatal("still counts past the grace")
+		}
+	})
+	t.Run("a Lease seen first long after its renewal is past the grace at once", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		b.observe("east", at(clk.Now().Add(-time.Hour)))
+		if b.pinned("east") {
+			t.Fatal("a cluster dead for an hour counts")
+		}
+	})
+	t.Run("a deleted Lease starts the grace when it was deleted, or when the cluster died before", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		b.observe("east", at(clk.Now()))
+		b.forget("east")
+		clk.Step(grace - time.Second)
+		if !b.pinned("east") {
+			t.Fatal("stopped counting before the grace")
+		}
+		clk.Step(time.Second)
+		if b.pinned("east") {
+			t.Fatal("counts past the grace")
+		}
+	})
+	t.Run("this cluster always counts", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		clk.Step(10 * grace)
+		if !b.pinned("home") {
+			t.Fatal("this cluster stopped counting")
+		}
+	})
+	t.Run("no grace runs out while the broker is unreachable", func(t *testing.T) {
+		b, clk := newGraceBook(t)
+		b.observe("east", at(clk.Now()))
+		clk.Step(ttl)
+		b.freeze(clk.Now())
+		clk.Step(2 * grace)
+		if !b.pinned("east") {
+			t.Fatal("a grace ran out while frozen")
+		}
+	})
+}

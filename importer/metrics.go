@@ -19,6 +19,11 @@ type Metrics struct {
 	liveClusters    prometheus.Gauge
 	brokerReachable prometheus.Gauge
 	dropped         *prometheus.CounterVec
+	ignoredRecords  *prometheus.CounterVec
+	rejectedVIPs    *prometheus.CounterVec
+	droppedEPs      *prometheus.CounterVec
+	undeclared      prometheus.Gauge
+	overCap         *prometheus.GaugeVec
 }
 
 // NewMetrics registers the importer's metrics on reg (nil: unregistered).
@@ -49,9 +54,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "mcsd", Subsystem: "importer", Name: "cluster_dropped_total",
 			Help: "Times a cluster's endpoints were dropped because its broker Lease expired, by cluster.",
 		}, []string{"cluster"}),
+		ignoredRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "mcsd", Subsystem: "importer", Name: "ignored_records_total",
+			Help: "Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out).",
+		}, []string{"reason"}),
+		rejectedVIPs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "mcsd", Subsystem: "importer", Name: "rejected_clustersetips_total",
+			Help: "ClusterSetIPs of broker records ignored, by reason (ClusterSetIPOutsideRange, ClusterSetIPNotOwned); each counted once when first rejected.",
+		}, []string{"reason"}),
+		droppedEPs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "mcsd", Subsystem: "importer", Name: "dropped_endpoints_total",
+			Help: "Remote endpoints not imported, by reason (EndpointsOutsidePodCIDRs); counted as a service's number of dropped endpoints grows.",
+		}, []string{"reason"}),
+		undeclared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "mcsd", Subsystem: "importer", Name: "clusters_without_declaration",
+			Help: "Clusters with endpoints but no member declaration on the broker, whose endpoints are imported unchecked.",
+		}),
+		overCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "mcsd", Subsystem: "importer", Name: "records_over_cap",
+			Help: "Export records of a cluster ignored because it has more than the cap, by cluster (0 when within it).",
+		}, []string{"cluster"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncDuration, m.writes, m.conditions.Collector(), m.liveClusters, m.brokerReachable, m.dropped)
+		reg.MustRegister(m.syncs, m.syncDuration, m.writes, m.conditions.Collector(), m.liveClusters, m.brokerReachable, m.dropped,
+			m.ignoredRecords, m.rejectedVIPs, m.droppedEPs, m.undeclared, m.overCap)
 	}
 	return m
 }
@@ -88,3 +114,32 @@ func (m *Metrics) setCondition(namespace, name string, c metav1.Condition) {
 
 // forget drops the condition gauges of an object that is gone.
 func (m *Metrics) forget(namespace, name string) { m.conditions.Forget(namespace, name) }
+
+func (m *Metrics) ignoredRecord(reason string, n int) {
+	if n > 0 {
+		m.ignoredRecords.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
+// rejected counts n newly rejected things of a rejection reason: VIPs or
+// endpoints.
+func (m *Metrics) rejected(reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	if reason == ReasonEndpointsOutsidePodCIDRs {
+		m.droppedEPs.WithLabelValues(reason).Add(float64(n))
+		return
+	}
+	m.rejectedVIPs.WithLabelValues(reason).Add(float64(n))
+}
+
+func (m *Metrics) setUndeclaredClusters(n int) { m.undeclared.Set(float64(n)) }
+
+func (m *Metrics) setOverCap(cluster string, ignored int) {
+	if ignored == 0 {
+		m.overCap.DeleteLabelValues(cluster)
+		return
+	}
+	m.overCap.WithLabelValues(cluster).Set(float64(ignored))
+}

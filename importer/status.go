@@ -3,6 +3,8 @@ package importer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +26,24 @@ const (
 	// On the liveness ConfigMap: once per broker outage.
 	EventBrokerUnreachable = "BrokerUnreachable"
 	EventBrokerReachable   = "BrokerReachable"
+	// On the liveness ConfigMap: once per transition of a cluster over
+	// its cap of records and back under it.
+	EventClusterOverServiceCap   = "ClusterOverServiceCap"
+	EventClusterWithinServiceCap = "ClusterWithinServiceCap"
+	// On the liveness ConfigMap: once per cluster whose records stop
+	// counting in merges after the grace.
+	EventClusterGonePastGrace = "ClusterGonePastGrace"
+	// On the liveness ConfigMap: once per cluster without a member
+	// declaration, whose endpoints are imported unchecked.
+	EventClusterUndeclared = "ClusterUndeclared"
+)
+
+// Reasons a record is ignored whole: the reason label of
+// mcsd_importer_ignored_records_total.
+const (
+	ReasonNamespaceDenied      = "NamespaceDenied"
+	ReasonOverServiceCap       = "OverServiceCap"
+	ReasonClusterGonePastGrace = "ClusterGonePastGrace"
 )
 
 // readyCondition is the ServiceImport's Ready condition: False (Pending)
@@ -59,8 +79,9 @@ func joinFamilies(families []corev1.IPFamily) string {
 // the Ready condition, through the status subresource and only when they
 // changed. Clusters leaving and coming back are told once per cluster, on
 // the liveness ConfigMap, not here per service.
-func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, res merge.Result, live []string) error {
+func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, res merge.Result, live []string, rejected []rejection) error {
 	cond := readyCondition(res, live, c.cfg.ClusterTTL, si.Generation)
+	rejectedCond := rejectedCondition(rejected, si.Generation)
 
 	status := si.Status.DeepCopy()
 	status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(live))
@@ -69,6 +90,14 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 	c.cfg.Metrics.setCondition(si.Namespace, si.Name, cond)
+	// Rejected is on the ServiceImport only while something is rejected:
+	// the clusterset's ServiceImports do not all take a write for it.
+	if rejectedCond.Status == metav1.ConditionTrue {
+		meta.SetStatusCondition(&status.Conditions, rejectedCond)
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionRejected)
+	}
+	c.cfg.Metrics.setCondition(si.Namespace, si.Name, rejectedCond)
 	if apiequality.Semantic.DeepEqual(&si.Status, status) {
 		return nil
 	}
@@ -85,4 +114,27 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		klog.FromContext(ctx).V(2).Info("Ready condition changed", "serviceImport", klog.KObj(si), "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 	}
 	return nil
+}
+
+// rejectedCondition says what the importer refuses of the service's
+// records: True with the refusals' reasons, comma-joined and sorted, and
+// one message per refusal; False (ReasonNoneRejected) when it refuses
+// nothing.
+func rejectedCondition(rejected []rejection, generation int64) metav1.Condition {
+	cond := metav1.Condition{Type: ConditionRejected, ObservedGeneration: generation, Status: metav1.ConditionFalse, Reason: ReasonNoneRejected}
+	if len(rejected) == 0 {
+		cond.Message = "Nothing of the exporting clusters' records is rejected"
+		return cond
+	}
+	reasons := map[string]bool{}
+	msgs := make([]string, 0, len(rejected))
+	for _, r := range rejected {
+		reasons[r.reason] = true
+		msgs = append(msgs, r.message())
+	}
+	slices.Sort(msgs)
+	cond.Status = metav1.ConditionTrue
+	cond.Reason = strings.Join(slices.Sorted(maps.Keys(reasons)), ",")
+	cond.Message = strings.Join(msgs, "; ")
+	return cond
 }

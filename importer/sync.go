@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,17 +30,23 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	logger := klog.FromContext(ctx).WithValues("service", key)
 	ctx = klog.NewContext(ctx, logger)
 
-	exports, err := c.exportsOf(ctx, namespace, name)
+	si, err := c.cachedImport(key)
 	if err != nil {
 		return err
 	}
-	si, err := c.cachedImport(key)
+	if c.namespaceDenied(namespace) {
+		// Never imported; one imported before the namespace was denied goes.
+		logger.V(4).Info("Not importing: the namespace is denied")
+		return c.remove(ctx, namespace, name, si)
+	}
+	exports, err := c.exportsOf(ctx, namespace, name)
 	if err != nil {
 		return err
 	}
 	if len(exports) == 0 {
 		return c.remove(ctx, namespace, name, si)
 	}
+	exports, rejected := c.checkVIPs(exports)
 	res, err := merge.Merge(exports)
 	if err != nil {
 		return fmt.Errorf("merging the records of %s: %w", key, err)
@@ -60,40 +67,106 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	for _, e := range exports {
 		byCluster[e.Cluster] = e
 	}
+	sources, dropped, err := c.sourcesOf(key, live, byCluster)
+	if err != nil {
+		return err
+	}
+	rejected = append(rejected, dropped...)
+	fresh := c.noteRejections(ctx, key, rejected)
 	// The slices and the status are independent writes: made at once.
 	var statusErr error
 	statusDone := make(chan struct{})
 	go func() {
 		defer close(statusDone)
-		statusErr = c.writeStatus(ctx, si, res, live)
+		statusErr = c.writeStatus(ctx, si, res, live, rejected)
 	}()
-	sliceErr := c.writeSlices(ctx, si, live, byCluster)
+	sliceErr := c.writeSlices(ctx, si, sources)
 	<-statusDone
+	for _, r := range fresh {
+		c.cfg.Recorder.Eventf(si, corev1.EventTypeWarning, r.reason, "Rejected from the broker records: %s", r.message())
+	}
 	logger.V(4).Info("Synced import", "type", res.Spec.Type, "ips", res.Spec.IPs, "clusters", res.Clusters, "live", live)
 	return errors.Join(sliceErr, statusErr)
 }
 
-// exportsOf returns the valid records of a service. An invalid record is
-// left out (one broken writer must not stop everyone's import) and said
-// so at -v=2.
+// exportsOf returns the records of a service that count. An invalid
+// record is left out (one broken writer must not stop everyone's import)
+// and said so at -v=2; so is a record beyond its cluster's cap. Records of
+// clusters gone for longer than the grace are left out too, unless no
+// other record is left: the remaining clusters' view takes over, and a
+// service only gone clusters export keeps its ServiceImport (they may come
+// back).
 func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]record.Export, error) {
 	objs, err := c.records.ByIndex(byService, namespace+"/"+name)
 	if err != nil {
 		return nil, err
 	}
+	logger := klog.FromContext(ctx)
 	exports := make([]record.Export, 0, len(objs))
+	pinned := 0
 	for _, o := range objs {
 		obj, ok := o.(*record.Cached)
 		if !ok {
 			continue
 		}
 		if obj.Invalid != nil {
-			klog.FromContext(ctx).V(2).Info("Ignoring an invalid broker record", "record", klog.KObj(obj), "err", obj.Invalid)
+			logger.V(2).Info("Ignoring an invalid broker record", "record", klog.KObj(obj), "err", obj.Invalid)
+			continue
+		}
+		if !c.admitted(obj) {
+			logger.V(2).Info("Ignoring a broker record beyond its cluster's cap", "record", klog.KObj(obj), "cluster", obj.Export.Cluster, "cap", c.caps.max)
 			continue
 		}
 		exports = append(exports, obj.Export)
+		if c.book.pinned(obj.Export.Cluster) {
+			pinned++
+		}
+	}
+	if pinned > 0 && pinned < len(exports) {
+		exports = slices.DeleteFunc(exports, func(e record.Export) bool {
+			if c.book.pinned(e.Cluster) {
+				return false
+			}
+			logger.V(4).Info("Leaving out the record of a cluster gone past the grace", "cluster", e.Cluster)
+			return true
+		})
 	}
 	return exports, nil
+}
+
+// namespaceDenied reports whether services of namespace are never
+// imported.
+func (c *Controller) namespaceDenied(namespace string) bool { return c.denied[namespace] }
+
+// noteRejections records what the sync of key refused and returns what it
+// did not refuse last time: each is counted and logged here once, and told
+// on the ServiceImport by the caller.
+func (c *Controller) noteRejections(ctx context.Context, key string, rejected []rejection) []rejection {
+	now := make(map[string]rejection, len(rejected))
+	for _, r := range rejected {
+		now[r.id()] = r
+	}
+	c.rejectedMu.Lock()
+	before := c.rejected[key]
+	if len(now) == 0 {
+		delete(c.rejected, key)
+	} else {
+		c.rejected[key] = now
+	}
+	c.rejectedMu.Unlock()
+	var fresh []rejection
+	for _, r := range rejected {
+		prev, seen := before[r.id()]
+		if seen && prev.count >= r.count {
+			continue
+		}
+		c.cfg.Metrics.rejected(r.reason, r.count-prev.count)
+		klog.FromContext(ctx).Info("Rejected part of a broker record", "reason", r.reason, "cluster", r.cluster, "detail", r.message())
+		if !seen {
+			fresh = append(fresh, r)
+		}
+	}
+	return fresh
 }
 
 // liveClusters are the contributing clusters whose endpoints are served.
@@ -239,5 +312,8 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 	if si != nil {
 		c.cfg.Metrics.forget(namespace, name)
 	}
+	c.rejectedMu.Lock()
+	delete(c.rejected, namespace+"/"+name)
+	c.rejectedMu.Unlock()
 	return errors.Join(errs...)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -65,6 +66,11 @@ type options struct {
 	controllerResync    time.Duration
 	shutdownGracePeriod time.Duration
 
+	// The importer's defences against other members.
+	importDeniedNamespaces []string
+	maxServicesPerCluster  int
+	goneClusterGrace       time.Duration
+
 	dnsListen     string
 	dnsZone       string
 	dnsTTL        time.Duration
@@ -92,6 +98,8 @@ type options struct {
 // rawFlags holds flag values that need parsing after flag.Parse.
 type rawFlags struct {
 	components, clusterSetCIDRs, clusterVIPCIDRs, ipFamilies, podCIDRs, masqMark, proxierMode string
+
+	importDeniedNamespaces string
 
 	dnsReverseCIDRs string
 }
@@ -126,6 +134,9 @@ func (o *options) register(fs *flag.FlagSet) *rawFlags {
 	fs.DurationVar(&o.leaderElectRetry, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
 	fs.IntVar(&o.exporterWorkers, "exporter-workers", 4, "services the exporter syncs at once")
 	fs.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
+	fs.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
+	fs.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
+	fs.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", importer.DefaultGoneClusterGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
 	fs.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
 	fs.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 5*time.Second, "time components get to stop after SIGTERM")
 
@@ -257,6 +268,22 @@ func (o *options) complete(raw *rawFlags) error {
 	}
 	if o.importerWorkers < 1 {
 		bad("importer-workers", "must be at least 1, got %d", o.importerWorkers)
+	}
+	o.importDeniedNamespaces = []string{}
+	for _, ns := range splitList(raw.importDeniedNamespaces) {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			bad("import-namespace-denylist", "%q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+			continue
+		}
+		if !slices.Contains(o.importDeniedNamespaces, ns) {
+			o.importDeniedNamespaces = append(o.importDeniedNamespaces, ns)
+		}
+	}
+	if o.maxServicesPerCluster < 1 {
+		bad("max-services-per-cluster", "must be at least 1, got %d", o.maxServicesPerCluster)
+	}
+	if o.goneClusterGrace < o.clusterTTL {
+		bad("gone-cluster-grace", "%v is shorter than --cluster-ttl (%v): a cluster's records would stop counting before it is even gone", o.goneClusterGrace, o.clusterTTL)
 	}
 	if o.controllerResync < time.Second {
 		bad("controller-resync-period", "must be at least 1s, got %v", o.controllerResync)

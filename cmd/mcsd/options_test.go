@@ -45,6 +45,9 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{"two IPv4 clusterset ranges", []string{"--clusterset-cidrs=243.0.0.0/8,244.0.0.0/8"}, "--clusterset-cidrs"},
 		{"a VIP block outside the clusterset range", []string{"--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs"},
 		{"a block size that does not fit", []string{"--vip-block-bits-ipv4=4"}, "--vip-block-bits-ipv4"},
+		{"a denied namespace that is not a namespace name", []string{"--import-namespace-denylist=kube-system,Kube_Public"}, "--import-namespace-denylist"},
+		{"no room for a single service per cluster", []string{"--max-services-per-cluster=0"}, "--max-services-per-cluster"},
+		{"a grace shorter than the TTL", []string{"--gone-cluster-grace=1s"}, "--gone-cluster-grace"},
 		{"a TTL shorter than the renewal cadence", []string{"--lease-duration=10s", "--cluster-ttl=2s"}, "--cluster-ttl"},
 		{"a renew deadline past the lease", []string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
 		{"a DNS address without a port", []string{"--dns-listen=127.0.0.1"}, "--dns-listen"},
@@ -90,6 +93,16 @@ func TestGoodFlags(t *testing.T) {
 		}
 		if o.proxierMode != proxier.ModeNFTables {
 			t.Fatalf("proxier mode %q, want nftables by default", o.proxierMode)
+		}
+		if len(o.importDeniedNamespaces) != 1 || o.importDeniedNamespaces[0] != "kube-system" {
+			t.Fatalf("denied namespaces %v, want kube-system by default", o.importDeniedNamespaces)
+		}
+		o, err = parse(t, "--broker-kubeconfig="+kubeconfig, "--import-namespace-denylist=", "--max-services-per-cluster=5", "--gone-cluster-grace=1h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.importDeniedNamespaces == nil || len(o.importDeniedNamespaces) != 0 || o.maxServicesPerCluster != 5 || o.goneClusterGrace.Hours() != 1 {
+			t.Fatalf("denied %#v, cap %d, grace %v: want none denied (not the default), 5, 1h", o.importDeniedNamespaces, o.maxServicesPerCluster, o.goneClusterGrace)
 		}
 	})
 	t.Run("the data plane alone needs no broker", func(t *testing.T) {

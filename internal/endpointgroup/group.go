@@ -34,6 +34,9 @@ type Group struct {
 type Options struct {
 	// Family, when set, keeps only slices of the families it accepts.
 	Family func(discoveryv1.AddressType) bool
+	// Keep, when set, says which endpoints take part; the others are
+	// left out.
+	Keep func(discoveryv1.Endpoint) bool
 	// Endpoint, when set, turns each endpoint into what is written; by
 	// default a deep copy.
 	Endpoint func(discoveryv1.Endpoint) discoveryv1.Endpoint
@@ -68,7 +71,7 @@ func Of(in []*discoveryv1.EndpointSlice, opts Options) []Group {
 			groups[key] = g
 		}
 		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 {
+			if len(ep.Addresses) == 0 || (opts.Keep != nil && !opts.Keep(ep)) {
 				continue
 			}
 			if opts.Endpoint != nil {

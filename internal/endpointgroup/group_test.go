@@ -78,3 +78,15 @@ func TestChunks(t *testing.T) {
 		t.Fatalf("%d chunks of %d, %d, ...: want 1000, 1000, 1", len(chunks), len(chunks[0]), len(chunks[len(chunks)-1]))
 	}
 }
+
+func TestKeepLeavesEndpointsOutButNotTheirGroup(t *testing.T) {
+	in := []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, 8080, "10.0.0.1", "192.168.0.1", "10.0.0.2")}
+	got := Of(in, Options{Keep: func(ep discoveryv1.Endpoint) bool { return ep.Addresses[0] != "192.168.0.1" }})
+	if len(got) != 1 || len(got[0].Endpoints) != 2 || got[0].Endpoints[0].Addresses[0] != "10.0.0.1" || got[0].Endpoints[1].Addresses[0] != "10.0.0.2" {
+		t.Fatalf("groups %+v", got)
+	}
+	none := Of(in, Options{Keep: func(discoveryv1.Endpoint) bool { return false }})
+	if len(none) != 1 || len(none[0].Endpoints) != 0 {
+		t.Fatalf("with every endpoint left out the group should stay, empty: %+v", none)
+	}
+}

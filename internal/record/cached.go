@@ -49,6 +49,8 @@ func CacheTransform(obj any) (any, error) {
 		Namespace:       si.Namespace,
 		Labels:          si.Labels,
 		ResourceVersion: si.ResourceVersion,
+		// The cap on records per cluster keeps the oldest by it.
+		CreationTimestamp: si.CreationTimestamp,
 	}}
 	c.Export, c.Invalid = Decode(si)
 	return c, nil

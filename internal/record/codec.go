@@ -90,7 +90,9 @@ func Encode(e Export) *mcsv1beta1.ServiceImport {
 	}
 }
 
-// Decode reads an export record. It returns an *InvalidError naming every
+// Decode reads an export record. Its Created is the later of the declared
+// export creation time and the record object's creationTimestamp (see
+// Witnessed). It returns an *InvalidError naming every
 // field that is missing or malformed, or that breaks a rule of the format
 // (see Export.Validate), and never a partial Export.
 func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
@@ -121,6 +123,11 @@ func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
 			e.Created = metav1.NewTime(t.UTC())
 		}
 	}
+	// Precedence is bounded by what the broker witnessed: a record cannot
+	// be older than the record object the broker stored, whatever its
+	// writer declares. Without the bound one member could declare its
+	// export older than everyone's and take any service's spec and VIP.
+	e.Created = Witnessed(e.Created, si.CreationTimestamp)
 	for _, m := range []struct {
 		key string
 		to  *map[string]string
@@ -160,6 +167,24 @@ func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
 		return Export{}, err
 	}
 	return e, nil
+}
+
+// Witnessed returns the creation time that decides a record's precedence:
+// the later of the time its writer declared (the ServiceExport's
+// creationTimestamp) and the time the broker stored the record object (its
+// metadata.creationTimestamp, set by the API server; zero for an object
+// that was never stored, which leaves declared as it is). Both are kept to
+// the second. Readers of records call it through Decode; a writer merging
+// its own export with the records of others must bound its own the same
+// way to reach the same merge.
+func Witnessed(declared, stored metav1.Time) metav1.Time {
+	if declared.IsZero() || stored.IsZero() {
+		return declared
+	}
+	if s := stored.UTC().Truncate(time.Second); s.After(declared.Time) {
+		return metav1.NewTime(s)
+	}
+	return declared
 }
 
 // Equal reports whether a and b encode to the same record, so a writer can

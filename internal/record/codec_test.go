@@ -535,3 +535,51 @@ func TestValidate(t *testing.T) {
 		}
 	})
 }
+
+// A member must not win precedence by declaring an old export: the broker's
+// creationTimestamp of the record object bounds it.
+func TestDecodeBoundsPrecedenceByWhatTheBrokerWitnessed(t *testing.T) {
+	declared := example().Created.Time
+	for _, tc := range []struct {
+		name        string
+		stored      time.Time
+		wantCreated time.Time
+	}{
+		{"a record stored after the declared time counts from when it was stored", declared.Add(48 * time.Hour), declared.Add(48 * time.Hour)},
+		{"a record stored before the declared time keeps the declared time", declared.Add(-time.Hour), declared},
+		{"the stored time counts to the second", declared.Add(90*time.Second + 700*time.Millisecond), declared.Add(90 * time.Second)},
+		{"a record never stored keeps the declared time", time.Time{}, declared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			si := Encode(example())
+			si.CreationTimestamp = metav1.NewTime(tc.stored)
+			got, err := Decode(si)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Created.Time.Equal(tc.wantCreated) {
+				t.Fatalf("created %v, want %v", got.Created, tc.wantCreated)
+			}
+		})
+	}
+	t.Run("a forged old declaration does not beat an export the broker saw first", func(t *testing.T) {
+		honest := Encode(example())
+		honest.CreationTimestamp = metav1.NewTime(declared.Add(time.Second))
+		forger := example()
+		forger.Cluster = "attacker"
+		forger.Created = metav1.NewTime(declared.Add(-365 * 24 * time.Hour))
+		forged := Encode(forger)
+		forged.CreationTimestamp = metav1.NewTime(declared.Add(time.Hour))
+		h, err := Decode(honest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Decode(forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !h.Created.Before(&f.Created) {
+			t.Fatalf("the forger's record counts from %v, before the honest one's %v", f.Created, h.Created)
+		}
+	})
+}

@@ -31,7 +31,9 @@ type Export struct {
 	Name      string
 	// Created is the ServiceExport's creationTimestamp: the oldest export
 	// has precedence when exports conflict. The record keeps it to the
-	// second, as the API server does.
+	// second, as the API server does. Read from a stored record (Decode)
+	// it is never earlier than the record object's own creationTimestamp
+	// (see Witnessed).
 	Created metav1.Time
 
 	// Type is Headless for a Service with clusterIP None, ClusterSetIP

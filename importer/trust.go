@@ -1,0 +1,401 @@
+package importer
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/trim"
+)
+
+// Members trust the broker's API server, not each other. The broker's
+// admission policy checks what each member writes; the importer checks
+// again what it can, so that one compromised member holding valid broker
+// credentials cannot take another member's addresses through an importer
+// even where the policy lets something through:
+//
+//   - a record's ClusterSetIP counts only when it lies inside this
+//     importer's clusterset ranges and inside a block the record's cluster
+//     owns (the block claims on the broker, clustersetip.Owners);
+//   - a remote endpoint counts only when its addresses lie inside the pod
+//     CIDRs the broker's administrator declared for its cluster
+//     (broker.ParseDeclaration).
+//
+// What is rejected is said on the ServiceImport (the Rejected condition
+// and a Warning event naming the cluster and the address), in a metric and
+// in the log.
+
+// Rejection reasons: the Rejected condition's reasons, the reasons of the
+// Warning events on the ServiceImport, and the reason label of the
+// metrics.
+const (
+	// ReasonClusterSetIPOutsideRange: a record's VIP is not inside the
+	// importer's clusterset ranges (--clusterset-cidrs).
+	ReasonClusterSetIPOutsideRange = "ClusterSetIPOutsideRange"
+	// ReasonClusterSetIPNotOwned: a record's VIP is not inside a block its
+	// cluster owns.
+	ReasonClusterSetIPNotOwned = "ClusterSetIPNotOwned"
+	// ReasonEndpointsOutsidePodCIDRs: endpoints of a cluster lie outside
+	// the pod CIDRs declared for it.
+	ReasonEndpointsOutsidePodCIDRs = "EndpointsOutsidePodCIDRs"
+)
+
+// ConditionRejected is the type of the ServiceImport condition that says
+// what the importer refused from the records: True with the reasons above
+// (comma-joined) while it refuses something, absent otherwise.
+const ConditionRejected = "Rejected"
+
+// ReasonNoneRejected is the reason the condition gauge counts
+// ServiceImports by when nothing of theirs is rejected.
+const ReasonNoneRejected = "NoneRejected"
+
+// trust holds what the broker's administrator and the claims say about the
+// members: which cluster owns which ClusterSetIP block, and each member's
+// declared pod CIDRs.
+type trust struct {
+	clusterSet []netip.Prefix
+
+	mu     sync.RWMutex
+	owners []clustersetip.Claim
+	// declared holds each member's declaration; a member without one is
+	// absent.
+	declared map[string]broker.Declaration
+}
+
+// vipVerdict returns "" when a record of cluster may hold vip, else the
+// reason it may not and the owner of the address, if any.
+func (t *trust) vipVerdict(cluster, vip string) (reason, owner string) {
+	ip, err := netip.ParseAddr(vip)
+	if err != nil {
+		return ReasonClusterSetIPOutsideRange, ""
+	}
+	ip = ip.Unmap()
+	if len(t.clusterSet) > 0 && !slices.ContainsFunc(t.clusterSet, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		return ReasonClusterSetIPOutsideRange, ""
+	}
+	t.mu.RLock()
+	owner, _ = clustersetip.OwnerOf(t.owners, ip)
+	t.mu.RUnlock()
+	if owner != cluster {
+		return ReasonClusterSetIPNotOwned, owner
+	}
+	return "", owner
+}
+
+// declaration returns cluster's declaration, and false when it has none.
+func (t *trust) declaration(cluster string) (broker.Declaration, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	d, ok := t.declared[cluster]
+	return d, ok
+}
+
+// rejection is one thing the importer refused of one service's records.
+type rejection struct {
+	reason  string
+	cluster string
+	// what: the address, or for endpoints a summary; count: how many
+	// (addresses or endpoints).
+	what  string
+	count int
+}
+
+// id tells rejections apart across syncs.
+func (r rejection) id() string { return r.reason + "|" + r.cluster + "|" + r.what }
+
+func (r rejection) message() string {
+	switch r.reason {
+	case ReasonClusterSetIPOutsideRange:
+		return fmt.Sprintf("cluster %s: ClusterSetIP %s is outside the clusterset ranges; ignored", r.cluster, r.what)
+	case ReasonClusterSetIPNotOwned:
+		return fmt.Sprintf("cluster %s: ClusterSetIP %s; ignored", r.cluster, r.what)
+	case ReasonEndpointsOutsidePodCIDRs:
+		return fmt.Sprintf("cluster %s: %d endpoints outside its declared pod CIDRs dropped (%s)", r.cluster, r.count, r.what)
+	}
+	return fmt.Sprintf("cluster %s: %s", r.cluster, r.what)
+}
+
+// checkVIPs returns exports with every VIP the trust does not allow removed
+// (a record whose VIP is refused counts as one without it, so the merge
+// takes the next valid one), and what it removed. A refused VIP that the
+// owning cluster's own record of the same service holds is a harmless copy
+// (exporters copy the merged VIP into their records): it is removed without
+// being reported, so that only a VIP that could take something is told.
+func (c *Controller) checkVIPs(exports []record.Export) ([]record.Export, []rejection) {
+	type refused struct {
+		i             int
+		vip           string
+		reason, owner string
+	}
+	var bad []refused
+	valid := map[string]bool{}
+	for i, e := range exports {
+		for _, vip := range e.VIPs {
+			reason, owner := c.trust.vipVerdict(e.Cluster, vip)
+			if reason == "" {
+				valid[vip] = true
+				continue
+			}
+			bad = append(bad, refused{i: i, vip: vip, reason: reason, owner: owner})
+		}
+	}
+	var out []rejection
+	for _, r := range bad {
+		e := exports[r.i]
+		e.VIPs = slices.DeleteFunc(slices.Clone(e.VIPs), func(v string) bool { return v == r.vip })
+		exports[r.i] = e
+		if valid[r.vip] {
+			continue
+		}
+		what := r.vip
+		if r.reason == ReasonClusterSetIPNotOwned {
+			if r.owner == "" {
+				what += " is in no claimed block"
+			} else {
+				what += " is in a block of cluster " + r.owner
+			}
+		}
+		out = append(out, rejection{reason: r.reason, cluster: e.Cluster, what: what, count: 1})
+	}
+	return exports, out
+}
+
+// endpointFilter returns whether an endpoint of cluster is kept, and
+// false for "keep everything" when the cluster has no declaration (see
+// docs/importer.md: an undeclared member keeps its endpoints, and the
+// importer says so once).
+func (c *Controller) endpointFilter(cluster string) (func(discoveryv1.Endpoint) bool, *broker.Declaration) {
+	d, ok := c.trust.declaration(cluster)
+	if !ok {
+		c.noteUndeclared(cluster)
+		return nil, nil
+	}
+	return func(ep discoveryv1.Endpoint) bool {
+		for _, a := range ep.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil || !d.Contains(ip) {
+				return false
+			}
+		}
+		return true
+	}, &d
+}
+
+// checkEndpoints counts the endpoints of cluster's slices that keep
+// refuses, and describes them.
+func checkEndpoints(cluster string, slices []*discoveryv1.EndpointSlice, keep func(discoveryv1.Endpoint) bool, d *broker.Declaration) (rejection, bool) {
+	if keep == nil {
+		return rejection{}, false
+	}
+	n := 0
+	example := ""
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if len(ep.Addresses) == 0 || keep(ep) {
+				continue
+			}
+			if n == 0 {
+				example = ep.Addresses[0]
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return rejection{}, false
+	}
+	cidrs := make([]string, len(d.PodCIDRs))
+	for i, p := range d.PodCIDRs {
+		cidrs[i] = p.String()
+	}
+	what := fmt.Sprintf("declared %s; first %s", strings.Join(cidrs, ","), example)
+	if len(cidrs) == 0 {
+		what = "no pod CIDR declared; first " + example
+	}
+	return rejection{reason: ReasonEndpointsOutsidePodCIDRs, cluster: cluster, what: what, count: n}, true
+}
+
+// noteUndeclared says once per cluster that its endpoints are not checked.
+func (c *Controller) noteUndeclared(cluster string) {
+	c.trust.mu.Lock()
+	said := c.undeclared[cluster]
+	c.undeclared[cluster] = true
+	n := len(c.undeclared)
+	c.trust.mu.Unlock()
+	if said {
+		return
+	}
+	c.cfg.Metrics.setUndeclaredClusters(n)
+	klog.InfoS("A cluster has no member declaration on the broker: its endpoints are imported unchecked until the broker's administrator declares its pod CIDRs",
+		"cluster", cluster, "brokerNamespace", c.cfg.BrokerNamespace, "declaration", broker.DeclarationName(cluster))
+	c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterUndeclared,
+		"Cluster %s has no member declaration (ConfigMap %s/%s): its endpoints are imported without checking them against its pod CIDRs",
+		cluster, c.cfg.BrokerNamespace, broker.DeclarationName(cluster))
+}
+
+// newTrustInformers makes the broker informers of block claims and member
+// declarations, each selected by its label and trimmed to what is read.
+func (c *Controller) newTrustInformers() error {
+	factory := func(label string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(c.cfg.BrokerWatch, c.cfg.ResyncPeriod,
+			informers.WithNamespace(c.cfg.BrokerNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
+	}
+	c.brokerClaims, c.brokerDeclarations = factory(clustersetip.LabelClaim), factory(broker.LabelDeclaration)
+	claimInf := c.brokerClaims.Core().V1().ConfigMaps().Informer()
+	declInf := c.brokerDeclarations.Core().V1().ConfigMaps().Informer()
+	for _, inf := range []cache.SharedIndexInformer{claimInf, declInf} {
+		if err := inf.SetTransform(trimConfigMap); err != nil {
+			return err
+		}
+		if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler); err != nil {
+			return err
+		}
+	}
+	onClaims := func(any) { c.claimsChanged() }
+	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onClaims, UpdateFunc: func(_, o any) { onClaims(o) }, DeleteFunc: onClaims,
+	}); err != nil {
+		return err
+	}
+	onDecl := func(any) { c.declarationsChanged() }
+	if _, err := declInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onDecl, UpdateFunc: func(_, o any) { onDecl(o) }, DeleteFunc: onDecl,
+	}); err != nil {
+		return err
+	}
+	c.claims, c.declarations = claimInf.GetStore(), declInf.GetStore()
+	c.synced = append(c.synced, claimInf.HasSynced, declInf.HasSynced)
+	return nil
+}
+
+// trimConfigMap keeps of a claim or declaration what parsing it reads.
+func trimConfigMap(obj any) (any, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cm.Name, Namespace: cm.Namespace, Labels: trim.Labels(cm.Labels),
+			ResourceVersion: cm.ResourceVersion, CreationTimestamp: cm.CreationTimestamp,
+		},
+		Data: cm.Data,
+	}, nil
+}
+
+// claimsChanged recomputes the block owners and resyncs every service
+// whose records' VIPs change verdict.
+func (c *Controller) claimsChanged() {
+	var claims []clustersetip.Claim
+	for _, o := range c.claims.List() {
+		cm, ok := o.(*corev1.ConfigMap)
+		if !ok {
+			continue
+		}
+		cl, err := clustersetip.ParseClaim(cm)
+		if err != nil {
+			klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "claim", klog.KObj(cm), "err", err)
+			continue
+		}
+		claims = append(claims, cl)
+	}
+	owners := clustersetip.Owners(claims)
+	c.trust.mu.Lock()
+	before := c.trust.owners
+	c.trust.owners = owners
+	c.trust.mu.Unlock()
+	if slices.EqualFunc(before, owners, func(a, b clustersetip.Claim) bool { return a.Block == b.Block && a.Cluster == b.Cluster }) {
+		return
+	}
+	klog.V(2).InfoS("ClusterSetIP block owners changed", "owners", describeOwners(owners))
+	if !c.Synced() {
+		// Every service is synced when the importer starts.
+		return
+	}
+	for _, o := range c.records.List() {
+		r, ok := o.(*record.Cached)
+		if !ok || r.Invalid != nil {
+			continue
+		}
+		for _, vip := range r.Export.VIPs {
+			ip, err := netip.ParseAddr(vip)
+			if err != nil {
+				continue
+			}
+			was, _ := clustersetip.OwnerOf(before, ip)
+			now, _ := clustersetip.OwnerOf(owners, ip)
+			if was != now {
+				c.enqueueBrokerObject(r)
+				break
+			}
+		}
+	}
+}
+
+func describeOwners(owners []clustersetip.Claim) []string {
+	out := make([]string, len(owners))
+	for i, o := range owners {
+		out[i] = o.Block.String() + "=" + o.Cluster
+	}
+	return out
+}
+
+// declarationsChanged reloads the member declarations and resyncs the
+// services of every cluster whose declaration changed.
+func (c *Controller) declarationsChanged() {
+	declared := map[string]broker.Declaration{}
+	for _, o := range c.declarations.List() {
+		cm, ok := o.(*corev1.ConfigMap)
+		if !ok {
+			continue
+		}
+		d, err := broker.ParseDeclaration(cm)
+		if err != nil {
+			klog.InfoS("Ignoring a malformed member declaration", "declaration", klog.KObj(cm), "err", err)
+			continue
+		}
+		declared[d.Cluster] = d
+	}
+	c.trust.mu.Lock()
+	before := c.trust.declared
+	c.trust.declared = declared
+	for cluster := range declared {
+		delete(c.undeclared, cluster)
+	}
+	n := len(c.undeclared)
+	c.trust.mu.Unlock()
+	c.cfg.Metrics.setUndeclaredClusters(n)
+	if !c.Synced() {
+		return
+	}
+	changed := map[string]bool{}
+	for cluster, d := range declared {
+		if b, ok := before[cluster]; !ok || !slices.Equal(b.PodCIDRs, d.PodCIDRs) {
+			changed[cluster] = true
+		}
+	}
+	for cluster := range before {
+		if _, ok := declared[cluster]; !ok {
+			changed[cluster] = true
+		}
+	}
+	for _, cluster := range slices.Sorted(maps.Keys(changed)) {
+		klog.V(2).InfoS("Member declaration changed", "cluster", cluster, "podCIDRs", declared[cluster].PodCIDRs)
+		for _, key := range c.serviceKeysOfCluster(cluster) {
+			c.queue.Add(key)
+		}
+	}
+}
