@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -58,6 +59,11 @@ type Config struct {
 	// Allocators hand out VIPs from this cluster's claimed blocks, per IP
 	// family; a family without one gets no VIPs.
 	Allocators map[corev1.IPFamily]*clustersetip.Allocator
+	// ClusterSetCIDRs are the clusterset ranges (mcsd's
+	// --clusterset-cidrs). The exporter weighs other clusters' VIPs as the
+	// importers do (clustersetip.Rule), so it never copies one they refuse;
+	// empty means any range.
+	ClusterSetCIDRs []netip.Prefix
 
 	Recorder kuberecord.EventRecorder
 	Metrics  *Metrics
@@ -79,11 +85,14 @@ type Controller struct {
 	localMCS   mcsinformers.SharedInformerFactory
 	brokerKube informers.SharedInformerFactory
 	brokerMCS  mcsinformers.SharedInformerFactory
-	exports    mcslisters.ServiceExportLister
-	services   corelisters.ServiceLister
-	slices     discoverylisters.EndpointSliceLister
-	records    mcslisters.ServiceImportLister
-	ownSlices  discoverylisters.EndpointSliceLister
+	// brokerClaims holds the ClusterSetIP block claims of every cluster.
+	brokerClaims informers.SharedInformerFactory
+	claims       corelisters.ConfigMapLister
+	exports      mcslisters.ServiceExportLister
+	services     corelisters.ServiceLister
+	slices       discoverylisters.EndpointSliceLister
+	records      mcslisters.ServiceImportLister
+	ownSlices    discoverylisters.EndpointSliceLister
 	// Indexes by service, so that one service's sync reads its own objects
 	// instead of scanning every object of the namespace or broker.
 	sliceIndex    cache.Indexer
@@ -127,9 +136,9 @@ func New(cfg Config) (*Controller, error) {
 		// Failures back off to at most 10 s apart; a broker coming back is
 		// noticed sooner by ObserveBroker.
 		queue:       worker.NewQueue("exporter", nil),
-		vips:        newVIPBook(cfg.Allocators),
 		initialized: make(chan struct{}),
 	}
+	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
 	c.applier = sliceapply.Applier{
 		Client:   cfg.Broker,
 		What:     "broker EndpointSlice",
@@ -153,6 +162,24 @@ func New(cfg Config) (*Controller, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = record.ClusterSelector(cfg.ClusterID).String()
 		}))
+
+	c.brokerClaims = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
+		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = clustersetip.LabelClaim }))
+	claimInf := c.brokerClaims.Core().V1().ConfigMaps()
+	c.claims = claimInf.Lister()
+	if err := claimInf.Informer().SetTransform(trim.ManagedFields); err != nil {
+		return nil, err
+	}
+	// A claim coming or going changes which VIPs records may hold: every
+	// export is weighed again.
+	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.resyncAll() },
+		UpdateFunc: func(any, any) { c.resyncAll() },
+		DeleteFunc: func(any) { c.resyncAll() },
+	}); err != nil {
+		return nil, err
+	}
 
 	exportInf := c.localMCS.Multicluster().V1beta1().ServiceExports()
 	serviceInf := c.localKube.Core().V1().Services()
@@ -236,6 +263,7 @@ func New(cfg Config) (*Controller, error) {
 	c.synced = []cache.InformerSynced{
 		exportInf.Informer().HasSynced, serviceInf.Informer().HasSynced, sliceInf.Informer().HasSynced,
 		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced, recordHandler.HasSynced,
+		claimInf.Informer().HasSynced,
 	}
 	return c, nil
 }
@@ -247,7 +275,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS} {
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS, c.brokerClaims} {
 		f.Start(ctx.Done())
 	}
 	logger.Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
@@ -311,6 +339,37 @@ func (c *Controller) ObserveBroker(err error) {
 	}
 }
 
+// vipRule is the VIP rule as the claims on the broker stand now.
+func (c *Controller) vipRule() clustersetip.Rule {
+	rule := clustersetip.Rule{ClusterSet: c.cfg.ClusterSetCIDRs}
+	cms, err := c.claims.List(labels.Everything())
+	if err != nil {
+		return rule
+	}
+	var claims []clustersetip.Claim
+	for _, cm := range cms {
+		if cl, err := clustersetip.ParseClaim(cm); err == nil {
+			claims = append(claims, cl)
+		}
+	}
+	rule.Owners = clustersetip.Owners(claims)
+	return rule
+}
+
+// resyncAll queues every export of this cluster, once the exporter runs.
+func (c *Controller) resyncAll() {
+	if !c.Synced() {
+		return
+	}
+	exports, err := c.exports.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, se := range exports {
+		c.queue.Add(se.Namespace + "/" + se.Name)
+	}
+}
+
 func (c *Controller) enqueueKeyOf(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
@@ -365,28 +424,53 @@ func (c *Controller) enqueueBrokerObject(obj any) {
 }
 
 // onRecord keeps the VIP book current and re-syncs the service: another
-// cluster's change can raise or clear this cluster's conflicts.
+// cluster's change can raise or clear this cluster's conflicts. The
+// services holding the record's VIPs are re-synced too: one service taking
+// or letting go of an address changes whether another may hold it.
 func (c *Controller) onRecord(old, cur any) {
-	vipsOf := func(obj any) (string, []string) {
+	recordOf := func(obj any) *mcsv1beta1.ServiceImport {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		si, ok := obj.(*mcsv1beta1.ServiceImport)
-		if !ok || si == nil {
-			return "", nil
-		}
-		return si.Name, si.Spec.IPs
+		si, _ := obj.(*mcsv1beta1.ServiceImport)
+		return si
 	}
-	oldName, oldVIPs := vipsOf(old)
-	curName, curVIPs := vipsOf(cur)
-	name := curName
-	if name == "" {
-		name = oldName
+	o, n := recordOf(old), recordOf(cur)
+	var oldVIPs, curVIPs []string
+	latest := n
+	if o != nil {
+		oldVIPs = o.Spec.IPs
 	}
-	c.vips.observe(name, oldVIPs, curVIPs)
-	if cur != nil {
-		c.enqueueBrokerObject(cur)
+	if n != nil {
+		curVIPs = n.Spec.IPs
 	} else {
-		c.enqueueBrokerObject(old)
+		latest = o
+	}
+	if latest == nil {
+		return
+	}
+	c.vips.observe(latest.Name, holdingOf(latest), oldVIPs, curVIPs)
+	c.enqueueBrokerObject(latest)
+	for _, v := range append(oldVIPs, curVIPs...) {
+		ip, err := netip.ParseAddr(v)
+		if err != nil {
+			continue
+		}
+		for _, h := range c.vips.holdersOf(ip) {
+			c.queue.Add(h.Service)
+		}
+	}
+}
+
+// holdingOf is a broker record's hold on its VIPs; a record that does not
+// decode still holds them, judged by its labels and the broker's time.
+func holdingOf(si *mcsv1beta1.ServiceImport) clustersetip.Holding {
+	if e, err := record.Decode(si); err == nil {
+		return clustersetip.HoldingOf(e)
+	}
+	return clustersetip.Holding{
+		Cluster: si.Labels[record.LabelSourceCluster],
+		Service: record.ServiceKey(si.Labels[record.LabelServiceNamespace], si.Labels[record.LabelServiceName]),
+		Created: si.CreationTimestamp.Time,
 	}
 }

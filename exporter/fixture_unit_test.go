@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -35,6 +36,12 @@ const (
 	testName      = "cart"
 	testKey       = testNamespace + "/" + testName
 )
+
+// testClaims are the ClusterSetIP blocks the test clusters own.
+var testClaims = []struct{ cluster, block string }{
+	{testCluster, "243.1.0.0/16"}, {"west", "243.2.0.0/16"}, {"north", "243.3.0.0/16"}, {"south", "243.4.0.0/16"},
+	{testCluster, "fd7a:6d63:7364:1::/64"},
+}
 
 // exportCreated is when the test cluster's ServiceExport was created; the
 // other clusters' records are made older or newer than it.
@@ -82,6 +89,22 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each test cluster owns the block its VIPs come from, as claimed on
+	// the broker.
+	for i, claim := range testClaims {
+		p := netip.MustParsePrefix(claim.block)
+		family := corev1.IPv4Protocol
+		if p.Addr().Is6() {
+			family = corev1.IPv6Protocol
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: testBrokerNS, Name: clustersetip.ClaimName(claim.cluster, family), ResourceVersion: fmt.Sprint(i + 1),
+			Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: claim.cluster},
+		}, Data: map[string]string{clustersetip.ClaimKey: claim.block}}
+		if err := f.broker.Tracker().Add(cm); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(c.queue.ShutDown)
 	f.c = c
@@ -156,6 +179,9 @@ func (f *fixture) settle() {
 	f.replace(c.localKube.Core().V1().Services().Informer(), items(services.Items))
 	f.replace(c.localKube.Discovery().V1().EndpointSlices().Informer(), items(slices.Items))
 	f.replace(c.brokerKube.Discovery().V1().EndpointSlices().Informer(), items(own.Items))
+	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
+	f.check(err)
+	f.replace(c.brokerClaims.Core().V1().ConfigMaps().Informer(), items(claims.Items))
 
 	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
 	before := map[string]any{}

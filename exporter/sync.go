@@ -65,7 +65,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			own.VIPs = prev.VIPs
 		}
 	}
-	vips, vipErr := c.vips.chooseVIPs(own, others)
+	// Merged as every reader merges it: from when the broker stored this
+	// cluster's record, if that is later than the ServiceExport's time.
+	asRead := own
+	if existing != nil {
+		asRead.Created = record.Witnessed(own.Created, existing.CreationTimestamp)
+	}
+	vips, vipErr := c.vips.chooseVIPs(asRead, others)
 	own.VIPs = vips
 	if err := own.Validate(); err != nil {
 		status.failed(err)
@@ -85,7 +91,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	// Reported only once written: a failed write hands the VIP back.
 	status.clusterSetIP(own, vipErr)
 
-	res, err := merge.Merge(append(others, own))
+	asRead.VIPs = own.VIPs
+	res, err := merge.Merge(append(others, asRead))
 	if err != nil {
 		return err
 	}

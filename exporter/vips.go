@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,17 +22,33 @@ import (
 // frees an address of this cluster's block once no record holds it.
 type vipBook struct {
 	allocators map[corev1.IPFamily]*clustersetip.Allocator
+	// rule is which records may hold which VIPs, as the claims stand now:
+	// the importers' rule, applied before merging so that this cluster
+	// copies only a VIP every importer takes.
+	rule func() clustersetip.Rule
 
 	mu      sync.Mutex
-	holders map[netip.Addr]map[string]bool // VIP -> names of records holding it
+	holders map[netip.Addr]map[string]clustersetip.Holding // VIP -> records holding it, by name
 }
 
-func newVIPBook(allocators map[corev1.IPFamily]*clustersetip.Allocator) *vipBook {
-	return &vipBook{allocators: allocators, holders: map[netip.Addr]map[string]bool{}}
+func newVIPBook(allocators map[corev1.IPFamily]*clustersetip.Allocator, rule func() clustersetip.Rule) *vipBook {
+	return &vipBook{allocators: allocators, rule: rule, holders: map[netip.Addr]map[string]clustersetip.Holding{}}
 }
 
-// observe records that the named record holds vips now (nil when deleted).
-func (b *vipBook) observe(recordName string, previous, current []string) {
+// holdersOf returns every record holding vip.
+func (b *vipBook) holdersOf(vip netip.Addr) []clustersetip.Holding {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]clustersetip.Holding, 0, len(b.holders[vip]))
+	for _, h := range b.holders[vip] {
+		out = append(out, h)
+	}
+	return out
+}
+
+// observe records that the named record, whose hold is h, holds vips now
+// (nil when deleted).
+func (b *vipBook) observe(recordName string, h clustersetip.Holding, previous, current []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range previous {
@@ -53,9 +70,9 @@ func (b *vipBook) observe(recordName string, previous, current []string) {
 			continue
 		}
 		if b.holders[ip] == nil {
-			b.holders[ip] = map[string]bool{}
+			b.holders[ip] = map[string]clustersetip.Holding{}
 		}
-		b.holders[ip][recordName] = true
+		b.holders[ip][recordName] = h
 		if a := b.allocatorFor(ip); a != nil {
 			a.Reserve(ip)
 		}
@@ -81,6 +98,8 @@ func (b *vipBook) chooseVIPs(own record.Export, others []record.Export) ([]strin
 	if own.Type != mcsv1beta1.ClusterSetIP || own.ClusterSetIPDisabled {
 		return nil, nil
 	}
+	checked, _ := b.rule().Vet(append(slices.Clone(others), own), b.holdersOf)
+	others, own = checked[:len(others)], checked[len(others)]
 	res, err := merge.Merge(append(others, own))
 	if err != nil {
 		return nil, err

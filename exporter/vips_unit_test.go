@@ -12,8 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clienttesting "k8s.io/client-go/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -41,6 +41,16 @@ func exhausted() *clustersetip.Allocator {
 		a.Reserve(netip.MustParseAddr(s))
 	}
 	return a
+}
+
+// testRule is the VIP rule of the unit tests: each test cluster owns the
+// block its VIPs come from.
+func testRule() clustersetip.Rule {
+	var claims []clustersetip.Claim
+	for i, c := range testClaims {
+		claims = append(claims, clustersetip.Claim{Block: netip.MustParsePrefix(c.block), Cluster: c.cluster, Name: c.block, Revision: uint64(i + 1)})
+	}
+	return clustersetip.Rule{ClusterSet: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}, Owners: clustersetip.Owners(claims)}
 }
 
 func TestChooseVIPs(t *testing.T) {
@@ -82,6 +92,16 @@ func TestChooseVIPs(t *testing.T) {
 			others: []record.Export{export("west", older, "243.2.0.5")},
 			v6:     allocator("fd7a:6d63:7364:1::/64"),
 			want:   []string{"243.2.0.5", "fd7a:6d63:7364:1::1"},
+		},
+		{
+			name:   "a VIP another cluster's record holds from a third cluster's block, for a service that cluster exports with another VIP, is not copied",
+			others: []record.Export{export("west", oldest, "243.3.0.9"), export("north", older, "243.3.0.1")},
+			want:   []string{"243.3.0.1"},
+		},
+		{
+			name:   "a VIP outside the clusterset ranges is not copied",
+			others: []record.Export{export("west", older, "169.254.169.254")},
+			want:   []string{"243.1.0.1"}, used: 1,
 		},
 		{
 			name: "a headless export gets no VIP",
@@ -130,7 +150,7 @@ func TestChooseVIPs(t *testing.T) {
 			if tc.own != nil {
 				tc.own(&own)
 			}
-			got, err := newVIPBook(allocators).chooseVIPs(own, tc.others)
+			got, err := newVIPBook(allocators, testRule).chooseVIPs(own, tc.others)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatalf("chooseVIPs: %v", err)
@@ -182,29 +202,29 @@ func TestVIPBookTracksWhatTheRecordsHold(t *testing.T) {
 		used int
 	}{
 		{"an address a record holds is never handed out", func(b *vipBook, a *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
 			if got, err := a.Allocate(); err != nil || got == ip("243.1.0.1") {
 				return fmt.Errorf("allocated %v (%v) while a record holds 243.1.0.1", got, err)
 			}
 			return nil
 		}, 2},
 		{"an address is freed once the last record holding it goes", func(b *vipBook, a *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.east", nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.west", []string{"243.1.0.1"}, nil)
+			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.east", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.west", clustersetip.Holding{}, []string{"243.1.0.1"}, nil)
 			if a.Used() != 1 {
 				return fmt.Errorf("243.1.0.1 freed while shop.cart.east still holds it")
 			}
-			b.observe("shop.cart.east", []string{"243.1.0.1"}, nil)
+			b.observe("shop.cart.east", clustersetip.Holding{}, []string{"243.1.0.1"}, nil)
 			return nil
 		}, 0},
 		{"a record that changes its VIP frees the old one", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.east", nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.east", []string{"243.1.0.1"}, []string{"243.1.0.2"})
+			b.observe("shop.cart.east", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.east", clustersetip.Holding{}, []string{"243.1.0.1"}, []string{"243.1.0.2"})
 			return nil
 		}, 1},
 		{"addresses of other blocks and malformed ones are not this block's", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", nil, []string{"243.2.0.5", "not-an-ip"})
+			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.2.0.5", "not-an-ip"})
 			return nil
 		}, 0},
 		{"release frees an address no record holds", func(b *vipBook, a *clustersetip.Allocator) error {
@@ -216,14 +236,14 @@ func TestVIPBookTracksWhatTheRecordsHold(t *testing.T) {
 			return nil
 		}, 0},
 		{"release keeps an address a record holds", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
 			b.release([]string{"243.1.0.1"})
 			return nil
 		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := allocator("243.1.0.0/16")
-			b := newVIPBook(map[corev1.IPFamily]*clustersetip.Allocator{corev1.IPv4Protocol: a})
+			b := newVIPBook(map[corev1.IPFamily]*clustersetip.Allocator{corev1.IPv4Protocol: a}, testRule)
 			if err := tc.run(b, a); err != nil {
 				t.Fatal(err)
 			}

@@ -141,6 +141,9 @@ const (
 	byCluster = "cluster"
 	// byServiceNamespace: broker records by the service's namespace.
 	byServiceNamespace = "serviceNamespace"
+	// byVIP: broker records by the ClusterSetIPs they hold, which the VIP
+	// rule weighs against each other (clustersetip.Rule).
+	byVIP = "vip"
 )
 
 // Controller imports the clusterset's services into this cluster.
@@ -325,6 +328,7 @@ func New(cfg Config) (*Controller, error) {
 		byService:          record.ServiceIndex,
 		byCluster:          labelIndex(record.LabelSourceCluster),
 		byServiceNamespace: labelIndex(record.LabelServiceNamespace),
+		byVIP:              vipIndex,
 	}); err != nil {
 		return nil, err
 	}
@@ -380,11 +384,16 @@ func New(cfg Config) (*Controller, error) {
 		AddFunc: func(obj any) {
 			c.onRecordAdded(obj)
 			c.enqueueBrokerObject(obj)
+			c.enqueueVIPHolders(obj)
 		},
-		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
+		UpdateFunc: func(old, obj any) {
+			c.enqueueBrokerObject(obj)
+			c.enqueueVIPHolders(old, obj)
+		},
 		DeleteFunc: func(obj any) {
 			c.onRecordDeleted(obj)
 			c.enqueueBrokerObject(obj)
+			c.enqueueVIPHolders(obj)
 		},
 	}); err != nil {
 		return nil, err

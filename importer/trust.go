@@ -29,7 +29,9 @@ import (
 //
 //   - a record's ClusterSetIP counts only when it lies inside this
 //     importer's clusterset ranges and inside a block the record's cluster
-//     owns (the block claims on the broker, clustersetip.Owners);
+//     owns (the block claims on the broker, clustersetip.Owners), or is a
+//     copy of what the block's owner gave the same service
+//     (clustersetip.Rule, which the exporters apply too);
 //   - a remote endpoint counts only when its addresses lie inside the pod
 //     CIDRs the broker's administrator declared for its cluster
 //     (broker.ParseDeclaration).
@@ -44,10 +46,10 @@ import (
 const (
 	// ReasonClusterSetIPOutsideRange: a record's VIP is not inside the
 	// importer's clusterset ranges (--clusterset-cidrs).
-	ReasonClusterSetIPOutsideRange = "ClusterSetIPOutsideRange"
+	ReasonClusterSetIPOutsideRange = clustersetip.ReasonOutsideRange
 	// ReasonClusterSetIPNotOwned: a record's VIP is not inside a block its
 	// cluster owns.
-	ReasonClusterSetIPNotOwned = "ClusterSetIPNotOwned"
+	ReasonClusterSetIPNotOwned = clustersetip.ReasonNotOwned
 	// ReasonEndpointsOutsidePodCIDRs: endpoints of a cluster lie outside
 	// the pod CIDRs declared for it.
 	ReasonEndpointsOutsidePodCIDRs = "EndpointsOutsidePodCIDRs"
@@ -75,24 +77,61 @@ type trust struct {
 	declared map[string]broker.Declaration
 }
 
-// vipVerdict returns "" when a record of cluster may hold vip, else the
-// reason it may not and the owner of the address, if any.
-func (t *trust) vipVerdict(cluster, vip string) (reason, owner string) {
-	ip, err := netip.ParseAddr(vip)
-	if err != nil {
-		return ReasonClusterSetIPOutsideRange, ""
-	}
-	ip = ip.Unmap()
-	if len(t.clusterSet) > 0 && !slices.ContainsFunc(t.clusterSet, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-		return ReasonClusterSetIPOutsideRange, ""
-	}
+// rule is the VIP rule as the claims stand now.
+func (t *trust) rule() clustersetip.Rule {
 	t.mu.RLock()
-	owner, _ = clustersetip.OwnerOf(t.owners, ip)
-	t.mu.RUnlock()
-	if owner != cluster {
-		return ReasonClusterSetIPNotOwned, owner
+	defer t.mu.RUnlock()
+	return clustersetip.Rule{ClusterSet: t.clusterSet, Owners: t.owners}
+}
+
+// vipIndex indexes valid records by their ClusterSetIPs, in canonical form.
+func vipIndex(obj any) ([]string, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
 	}
-	return "", owner
+	r, ok := obj.(*record.Cached)
+	if !ok || r.Invalid != nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(r.Export.VIPs))
+	for _, v := range r.Export.VIPs {
+		if ip, err := netip.ParseAddr(v); err == nil {
+			keys = append(keys, ip.Unmap().String())
+		}
+	}
+	return keys, nil
+}
+
+// holdersOf returns every valid record holding vip.
+func (c *Controller) holdersOf(vip netip.Addr) []clustersetip.Holding {
+	objs, _ := c.records.ByIndex(byVIP, vip.Unmap().String())
+	out := make([]clustersetip.Holding, 0, len(objs))
+	for _, o := range objs {
+		if r, ok := o.(*record.Cached); ok && r.Invalid == nil {
+			out = append(out, clustersetip.HoldingOf(r.Export))
+		}
+	}
+	return out
+}
+
+// enqueueVIPHolders resyncs the services of every record holding a VIP the
+// given records hold: one service taking or letting go of an address
+// changes whether another may hold it.
+func (c *Controller) enqueueVIPHolders(objs ...any) {
+	seen := map[string]bool{}
+	for _, obj := range objs {
+		vips, _ := vipIndex(obj)
+		for _, v := range vips {
+			if seen[v] {
+				continue
+			}
+			seen[v] = true
+			holders, _ := c.records.ByIndex(byVIP, v)
+			for _, h := range holders {
+				c.enqueueBrokerObject(h)
+			}
+		}
+	}
 }
 
 // declaration returns cluster's declaration, and false when it has none.
@@ -135,42 +174,29 @@ func (r rejection) message() string {
 // (exporters copy the merged VIP into their records): it is removed without
 // being reported, so that only a VIP that could take something is told.
 func (c *Controller) checkVIPs(exports []record.Export) ([]record.Export, []rejection) {
-	type refused struct {
-		i             int
-		vip           string
-		reason, owner string
-	}
-	var bad []refused
+	checked, refusals := c.trust.rule().Vet(exports, c.holdersOf)
 	valid := map[string]bool{}
-	for i, e := range exports {
-		for _, vip := range e.VIPs {
-			reason, owner := c.trust.vipVerdict(e.Cluster, vip)
-			if reason == "" {
-				valid[vip] = true
-				continue
-			}
-			bad = append(bad, refused{i: i, vip: vip, reason: reason, owner: owner})
+	for _, e := range checked {
+		for _, v := range e.VIPs {
+			valid[v] = true
 		}
 	}
 	var out []rejection
-	for _, r := range bad {
-		e := exports[r.i]
-		e.VIPs = slices.DeleteFunc(slices.Clone(e.VIPs), func(v string) bool { return v == r.vip })
-		exports[r.i] = e
-		if valid[r.vip] {
+	for _, r := range refusals {
+		if valid[r.VIP] {
 			continue
 		}
-		what := r.vip
-		if r.reason == ReasonClusterSetIPNotOwned {
-			if r.owner == "" {
+		what := r.VIP
+		if r.Reason == ReasonClusterSetIPNotOwned {
+			if r.Owner == "" {
 				what += " is in no claimed block"
 			} else {
-				what += " is in a block of cluster " + r.owner
+				what += " is in a block of cluster " + r.Owner
 			}
 		}
-		out = append(out, rejection{reason: r.reason, cluster: e.Cluster, what: what, count: 1})
+		out = append(out, rejection{reason: r.Reason, cluster: r.Cluster, what: what, count: 1})
 	}
-	return exports, out
+	return checked, out
 }
 
 // endpointFilter returns whether an endpoint of cluster is kept, and

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -41,6 +42,7 @@ func trustingController(clusterSet []netip.Prefix, owners map[string]string, dec
 	}
 	return &Controller{
 		cfg:        Config{ClusterID: "home", Metrics: NewMetrics(nil), Recorder: rec},
+		records:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byVIP: vipIndex}),
 		trust:      t,
 		undeclared: map[string]bool{},
 		rejected:   map[string]map[string]rejection{},
@@ -61,36 +63,68 @@ func vipExport(cluster string, created time.Time, vips ...string) record.Export 
 
 func TestARecordsVIPCountsOnlyInsideTheClustersetAndABlockItsClusterOwns(t *testing.T) {
 	c, _ := trustingController(clusterSet, map[string]string{"243.1.0.0/16": "east", "243.2.0.0/16": "attacker"}, nil)
+	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	eastWeb := vipExport("east", t0, "243.1.0.7")
 	for _, tc := range []struct {
 		name, cluster, vip, reason string
+		// others are the other records holding the VIP; exporters the
+		// clusters exporting the service besides the record's own.
+		others    []record.Export
+		exporters []string
 	}{
-		{"a VIP of its own block", "east", "243.1.0.7", ""},
-		{"an IPv4-mapped VIP of its own block", "east", "::ffff:243.1.0.7", ""},
-		{"a VIP of another cluster's block", "attacker", "243.1.0.7", ReasonClusterSetIPNotOwned},
-		{"a VIP of no claimed block", "east", "243.9.0.1", ReasonClusterSetIPNotOwned},
-		{"a VIP outside the clusterset", "east", "10.96.0.10", ReasonClusterSetIPOutsideRange},
-		{"a VIP that is no address", "east", "cart", ReasonClusterSetIPOutsideRange},
+		{name: "a VIP of its own block", cluster: "east", vip: "243.1.0.7", reason: ""},
+		{name: "an IPv4-mapped VIP of its own block", cluster: "east", vip: "::ffff:243.1.0.7", reason: ""},
+		{name: "a VIP another cluster gives another service", cluster: "attacker", vip: "243.1.0.7", reason: ReasonClusterSetIPNotOwned,
+			others: []record.Export{func() record.Export { e := eastWeb; e.Name = "other"; return e }()}},
+		{name: "a VIP of another cluster's block for a service it exports with another VIP", cluster: "attacker", vip: "243.1.0.8", reason: ReasonClusterSetIPNotOwned,
+			exporters: []string{"east"}},
+		{name: "a copy of the VIP the owner gives the same service", cluster: "attacker", vip: "243.1.0.7", reason: "",
+			others: []record.Export{eastWeb}, exporters: []string{"east"}},
+		{name: "a VIP of no claimed block", cluster: "east", vip: "243.9.0.1", reason: ReasonClusterSetIPNotOwned},
+		{name: "a VIP outside the clusterset", cluster: "east", vip: "10.96.0.10", reason: ReasonClusterSetIPOutsideRange},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, _ := c.trust.vipVerdict(tc.cluster, tc.vip); got != tc.reason {
+			e := vipExport(tc.cluster, t0.Add(time.Minute), tc.vip)
+			holders := []clustersetip.Holding{clustersetip.HoldingOf(e)}
+			for _, o := range tc.others {
+				holders = append(holders, clustersetip.HoldingOf(o))
+			}
+			if got, _ := c.trust.rule().Admit(netip.MustParseAddr(tc.vip), clustersetip.HoldingOf(e), holders, append([]string{tc.cluster}, tc.exporters...)); got != tc.reason {
 				t.Fatalf("verdict %q, want %q", got, tc.reason)
 			}
 		})
 	}
 	t.Run("a claim outside the clusterset owns nothing there", func(t *testing.T) {
 		c, _ := trustingController(clusterSet, map[string]string{"10.96.0.0/16": "attacker"}, nil)
-		if got, _ := c.trust.vipVerdict("attacker", "10.96.0.10"); got != ReasonClusterSetIPOutsideRange {
+		e := vipExport("attacker", t0, "10.96.0.10")
+		if got, _ := c.trust.rule().Admit(netip.MustParseAddr("10.96.0.10"), clustersetip.HoldingOf(e), []clustersetip.Holding{clustersetip.HoldingOf(e)}, []string{"attacker"}); got != ReasonClusterSetIPOutsideRange {
 			t.Fatalf("verdict %q", got)
 		}
 	})
 }
 
+// holding puts exports in c's record cache, where the VIP rule finds every
+// record holding an address, and returns them.
+func holding(t *testing.T, c *Controller, exports ...record.Export) []record.Export {
+	t.Helper()
+	c.records = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byVIP: vipIndex})
+	for _, e := range exports {
+		obj := &record.Cached{Export: e}
+		obj.Name = record.Name(e.Cluster, e.Namespace, e.Name)
+		if err := c.records.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return exports
+}
+
 func TestARejectedVIPLeavesTheMergeTheNextValidOne(t *testing.T) {
 	c, _ := trustingController(clusterSet, map[string]string{"243.1.0.0/16": "east", "243.2.0.0/16": "attacker"}, nil)
 	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
-	// The attacker's record is the oldest and holds the victim's VIP of
-	// another service.
-	exports := []record.Export{vipExport("attacker", t0, "243.1.0.99"), vipExport("east", t0.Add(time.Minute), "243.1.0.7")}
+	// The attacker's record is the oldest and holds an address of the
+	// victim's block that the victim, exporting the service too, does not
+	// give it.
+	exports := holding(t, c, vipExport("attacker", t0, "243.1.0.99"), vipExport("east", t0.Add(time.Minute), "243.1.0.7"))
 	cached := slices.Clone(exports[0].VIPs)
 	checked, rejected := c.checkVIPs(exports)
 	if len(rejected) != 1 || rejected[0].cluster != "attacker" || rejected[0].reason != ReasonClusterSetIPNotOwned || !strings.Contains(rejected[0].message(), "243.1.0.99") {
@@ -110,22 +144,33 @@ func TestARejectedVIPLeavesTheMergeTheNextValidOne(t *testing.T) {
 		t.Fatalf("the attacker's record still decides the rest of the spec as the oldest; got %s", res.Oldest)
 	}
 
-	t.Run("a copy of the VIP its owner's record of the same service holds is dropped without a word", func(t *testing.T) {
-		checked, rejected := c.checkVIPs([]record.Export{vipExport("east", t0, "243.1.0.7"), vipExport("attacker", t0.Add(time.Minute), "243.1.0.7")})
+	t.Run("a copy of the VIP its owner's record of the same service holds counts", func(t *testing.T) {
+		checked, rejected := c.checkVIPs(holding(t, c, vipExport("east", t0, "243.1.0.7"), vipExport("attacker", t0.Add(time.Minute), "243.1.0.7")))
 		if len(rejected) != 0 {
 			t.Fatalf("rejected %+v", rejected)
 		}
-		if len(checked[1].VIPs) != 0 || !slices.Equal(checked[0].VIPs, []string{"243.1.0.7"}) {
-			t.Fatalf("VIPs %v and %v: the copy must go, the owner's stay", checked[0].VIPs, checked[1].VIPs)
+		if !slices.Equal(checked[1].VIPs, []string{"243.1.0.7"}) || !slices.Equal(checked[0].VIPs, []string{"243.1.0.7"}) {
+			t.Fatalf("VIPs %v and %v: the owner's and the copy both count", checked[0].VIPs, checked[1].VIPs)
 		}
-		// Once the owner's record is gone, the copy is refused out loud.
-		_, rejected = c.checkVIPs([]record.Export{vipExport("attacker", t0.Add(time.Minute), "243.1.0.7")})
-		if len(rejected) != 1 {
-			t.Fatalf("rejected %+v", rejected)
+	})
+	t.Run("a VIP outlives the cluster that allocated it, until another service holds it too", func(t *testing.T) {
+		copied := vipExport("west", t0.Add(time.Minute), "243.1.0.7")
+		checked, rejected := c.checkVIPs(holding(t, c, copied))
+		if len(rejected) != 0 || !slices.Equal(checked[0].VIPs, []string{"243.1.0.7"}) {
+			t.Fatalf("with the allocator gone: VIPs %v, rejected %+v", checked[0].VIPs, rejected)
+		}
+		steal := vipExport("attacker", t0, "243.1.0.7")
+		steal.Name = "steal"
+		holding(t, c, copied, steal)
+		if _, rejected := c.checkVIPs([]record.Export{copied}); len(rejected) != 1 {
+			t.Fatalf("a second service holding the address: the copy must go dark, rejected %+v", rejected)
+		}
+		if _, rejected := c.checkVIPs([]record.Export{steal}); len(rejected) != 1 {
+			t.Fatalf("a second service holding the address must not get it, rejected %+v", rejected)
 		}
 	})
 	t.Run("with no valid VIP the family is missing", func(t *testing.T) {
-		checked, _ := c.checkVIPs([]record.Export{vipExport("attacker", t0, "243.1.0.99")})
+		checked, _ := c.checkVIPs(holding(t, c, vipExport("attacker", t0, "243.9.0.1")))
 		res, _ := merge.Merge(checked)
 		if len(res.Spec.IPs) != 0 || len(res.MissingVIPFamilies) != 1 {
 			t.Fatalf("IPs %v, missing %v", res.Spec.IPs, res.MissingVIPFamilies)

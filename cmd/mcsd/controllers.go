@@ -130,6 +130,7 @@ func (c *controllers) run(ctx context.Context) error {
 			BrokerWatchMCS:  brokerWatch.mcs,
 			ClusterSetIPs:   c.o.clusterSetIPs,
 			Allocators:      allocators,
+			ClusterSetCIDRs: c.o.clusterSetCIDRs,
 			Recorder:        recorder,
 			Metrics:         c.exporterMetrics,
 			Workers:         c.o.exporterWorkers,

@@ -1,0 +1,635 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/miekg/dns"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/hold"
+)
+
+// attackSite is a clusterset of three members where the third is
+// compromised: cluster1 (the victim) exports web.attack and runs mcsd,
+// cluster2 (a bystander) runs mcsd and imports it, and cluster3 runs
+// nothing of mcsd: whoever holds it writes to the broker directly with its
+// real broker credentials, and tries to take what is cluster1's.
+type attackSite struct {
+	t        *testing.T
+	ctx      context.Context
+	cs       *harness.ClusterSet
+	victim   *fixture.Member
+	bystand  *fixture.Member
+	attacker *fixture.Member
+	daemons  []*fixture.Daemon
+	client   *harness.Pod // in cluster2
+	vip      netip.Addr   // web.attack's ClusterSetIP
+	backend  *harness.Pod // web's pod in cluster1
+}
+
+const (
+	attackNamespace = "attack"
+	// attackCap is the importers' limit on one cluster's services here.
+	attackCap = 8
+	// attackHold is how long what must not happen is watched not happening.
+	attackHold = 5 * time.Second
+)
+
+func newAttackSite(t *testing.T) *attackSite {
+	cs := harness.Start(t, harness.Options{Clusters: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	members := fixture.Join(t, cs)
+	s := &attackSite{t: t, ctx: ctx, cs: cs, victim: members[0], bystand: members[1], attacker: members[2]}
+	for _, m := range members {
+		createFaultNamespace(t, ctx, m.Cluster, attackNamespace)
+	}
+	for _, m := range []*fixture.Member{s.victim, s.bystand} {
+		node, err := m.AddNode(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.daemons = append(s.daemons, fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{
+			Args: []string{fmt.Sprintf("--max-services-per-cluster=%d", attackCap)},
+		}))
+	}
+	var err error
+	if s.backend, err = s.daemons[0].Node.AddPod(ctx, harness.PodSpec{Namespace: attackNamespace, Name: "web", Labels: map[string]string{"app": "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.victim.Kube.CoreV1().Services(attackNamespace).Create(ctx, fixture.WebService(attackNamespace, "web", "web"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.victim.MCS.MulticlusterV1beta1().ServiceExports(attackNamespace).Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: attackNamespace, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s.client, err = s.daemons[1].Node.AddPod(ctx, harness.PodSpec{Namespace: attackNamespace, Name: "client"}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// victimView is everything of cluster1's service that another cluster sees,
+// and what cluster1 sees of its own export.
+type victimView struct {
+	Type      mcsv1beta1.ServiceImportType
+	IPs       []string
+	Ports     []mcsv1beta1.ServicePort
+	Endpoints map[string][]string // per importing cluster
+	DNS       []string            // A answers from cluster2's mcsd
+	Reached   map[string]int      // clusters that answered connections to the VIP
+	Export    map[string]metav1.ConditionStatus
+}
+
+func (s *attackSite) view() (victimView, error) {
+	v := victimView{Endpoints: map[string][]string{}, Export: map[string]metav1.ConditionStatus{}}
+	si, err := s.bystand.MCS.MulticlusterV1beta1().ServiceImports(attackNamespace).Get(s.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		return v, err
+	}
+	v.Type, v.IPs, v.Ports = si.Spec.Type, si.Spec.IPs, si.Spec.Ports
+	for _, m := range []*fixture.Member{s.victim, s.bystand} {
+		eps, err := importedAddresses(s.ctx, m.Cluster, attackNamespace, "web")
+		if err != nil {
+			return v, err
+		}
+		for src, addrs := range eps {
+			slices.Sort(addrs)
+			v.Endpoints[m.ID+"<-"+src] = addrs
+		}
+	}
+	if v.DNS, err = s.resolveA("web." + attackNamespace + ".svc.clusterset.local"); err != nil {
+		return v, err
+	}
+	v.Reached = map[string]int{}
+	if vip, err := netip.ParseAddr(strings.Join(v.IPs, "")); err == nil {
+		for range 5 {
+			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+			id, err := s.client.Ask(ctx, "tcp", netip.AddrPortFrom(vip, 80).String())
+			cancel()
+			if err != nil {
+				v.Reached["(failed)"]++
+				continue
+			}
+			v.Reached[id.Cluster] = 1 // which clusters, not how often
+		}
+	}
+	se, err := s.victim.MCS.MulticlusterV1beta1().ServiceExports(attackNamespace).Get(s.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		return v, err
+	}
+	for _, c := range []string{"Valid", "Ready"} {
+		if cond := meta.FindStatusCondition(se.Status.Conditions, c); cond != nil {
+			v.Export[c] = cond.Status
+		}
+	}
+	return v, nil
+}
+
+// importedAddresses returns, per source cluster, the endpoint addresses of
+// c's imported EndpointSlices of namespace/name.
+func importedAddresses(ctx context.Context, c *harness.Cluster, namespace, name string) (map[string][]string, error) {
+	list, err := c.Kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name + "," + discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, es := range list.Items {
+		src := es.Labels[mcsv1beta1.LabelSourceCluster]
+		for _, ep := range es.Endpoints {
+			out[src] = append(out[src], ep.Addresses...)
+		}
+	}
+	return out, nil
+}
+
+func (s *attackSite) resolveA(name string) ([]string, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	var in *dns.Msg
+	err := s.client.NS.Do(func() (err error) {
+		in, _, err = (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).Exchange(q, s.daemons[1].DNS.String())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, rr := range in.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// refusedByBroker says whether err is the broker's refusal of a write.
+func refusedByBroker(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+}
+
+// attackRecord is a record of cluster3 for namespace/name, as cluster3's
+// exporter would write it, changed by mutate.
+func (s *attackSite) attackRecord(namespace, name string, mutate func(*record.Export)) *mcsv1beta1.ServiceImport {
+	e := record.Export{
+		Cluster: s.attacker.ID, Namespace: namespace, Name: name, Created: metav1.Now(),
+		Type:       mcsv1beta1.ClusterSetIP,
+		Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+	}
+	if mutate != nil {
+		mutate(&e)
+	}
+	si := record.Encode(e)
+	si.Namespace = broker.DefaultNamespace
+	return si
+}
+
+func (s *attackSite) writeRecord(si *mcsv1beta1.ServiceImport) error {
+	_, err := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Create(s.ctx, si, metav1.CreateOptions{})
+	return err
+}
+
+// attackSlice is a broker EndpointSlice named and labelled as cluster3's
+// slice of namespace/name, with one ready endpoint per address.
+func (s *attackSite) attackSlice(namespace, name string, addrs ...string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: broker.DefaultNamespace,
+			Name:      record.EndpointSliceName(s.attacker.ID, namespace, name, discoveryv1.AddressTypeIPv4, 0),
+			Labels:    record.EndpointSliceLabels(s.attacker.ID, namespace, name),
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](fixture.EchoPort)}},
+	}
+	for _, a := range addrs {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return es
+}
+
+func (s *attackSite) writeSlice(es *discoveryv1.EndpointSlice) error {
+	_, err := s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(s.ctx, es, metav1.CreateOptions{})
+	return err
+}
+
+// importOf waits until cluster c holds a ServiceImport namespace/name for
+// which ok says yes, and returns it.
+func importOf(ctx context.Context, c *harness.Cluster, namespace, name string, ok func(*mcsv1beta1.ServiceImport) bool) (*mcsv1beta1.ServiceImport, error) {
+	var si *mcsv1beta1.ServiceImport
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		si, err = c.MCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return ok(si), nil
+	})
+	if err != nil {
+		return si, fmt.Errorf("ServiceImport %s/%s in %s: %w (last: %+v)", namespace, name, c.Name, err, si)
+	}
+	return si, nil
+}
+
+// eventOn waits for an Event whose reason is reason and whose message
+// contains text, in namespace of cluster c.
+func eventOn(ctx context.Context, c *harness.Cluster, namespace, reason, text string) error {
+	var seen []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == reason && strings.Contains(e.Message, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no Event %s mentioning %q in %s/%s; events: %v", reason, text, c.Name, namespace, seen)
+	}
+	return nil
+}
+
+type attackRow struct{ attack, refusedBy, unaffected string }
+
+// TestACompromisedMemberTakesNothing has cluster3, holding its own real
+// broker credentials, try every way we know to take, forge or starve what
+// is cluster1's; each attempt must be refused by the broker or ignored by
+// every importer and proxier, visibly, with cluster1's service exactly as
+// it was: spec, ClusterSetIP, endpoints in both importing clusters, DNS
+// answer and data plane.
+func TestACompromisedMemberTakesNothing(t *testing.T) {
+	s := newAttackSite(t)
+	ctx := s.ctx
+	var before victimView
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		var err error
+		before, err = s.view()
+		return err == nil && len(before.IPs) == 1 && len(before.DNS) == 1 && before.Reached[s.victim.ID] == 1 &&
+			len(before.Endpoints[s.bystand.ID+"<-"+s.victim.ID]) == 1 && before.Export["Ready"] == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		t.Fatalf("cluster1's web.attack never became reachable from cluster2: %+v", before)
+	}
+	s.vip = netip.MustParseAddr(before.IPs[0])
+	t.Logf("cluster1's web.attack: ClusterSetIP %s, endpoints %v, DNS %v", s.vip, before.Endpoints, before.DNS)
+
+	// The attacker is a live member: its Lease renews throughout, so no
+	// attack is ignored merely because cluster3 looks dead.
+	attacker := fixture.FakeExporter{Cluster: s.attacker.ID, Kube: s.attacker.BrokerKube, MCS: s.attacker.BrokerMCS}
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	defer stopRenew()
+	if err := attacker.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for renewCtx.Err() == nil {
+			_ = attacker.Renew(renewCtx)
+			select {
+			case <-renewCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+
+	victimPrefix := attackNamespace + ".web." + s.victim.ID
+	attackerBlock := s.attacker.Blocks[corev1.IPv4Protocol]
+	attackerVIP := func(i int) string { return nthAddr(attackerBlock, 10+i).String() }
+	var rows []attackRow
+	unaffected := func(t *testing.T) string {
+		t.Helper()
+		var now victimView
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			var err error
+			now, err = s.view()
+			return err == nil && viewEqual(before, now), nil
+		})
+		if err != nil {
+			t.Errorf("cluster1's service changed:\nbefore %+v\nnow    %+v", before, now)
+			return "NO"
+		}
+		return "yes"
+	}
+	run := func(attack string, try func(t *testing.T) string) {
+		t.Run(attack, func(t *testing.T) {
+			by := try(t)
+			rows = append(rows, attackRow{attack, by, unaffected(t)})
+		})
+	}
+	mustRefuse := func(t *testing.T, what string, err error) {
+		t.Helper()
+		if !refusedByBroker(err) {
+			t.Fatalf("%s: the broker did not refuse it: %v", what, err)
+		}
+		t.Logf("%s: refused: %v", what, err)
+	}
+
+	run("write a record with ClusterSetIP 169.254.169.254 (cloud metadata)", func(t *testing.T) string {
+		mustRefuse(t, "record", s.writeRecord(s.attackRecord(attackNamespace, "metadata", func(e *record.Export) { e.VIPs = []string{"169.254.169.254"} })))
+		return "broker (admission: VIP outside the clusterset CIDRs)"
+	})
+	run("write a record with the kubernetes Service's ClusterIP as VIP", func(t *testing.T) string {
+		kubernetesIP := nthAddr(s.victim.ServiceCIDR, 1).String()
+		mustRefuse(t, "record", s.writeRecord(s.attackRecord(attackNamespace, "apiserver", func(e *record.Export) { e.VIPs = []string{kubernetesIP} })))
+		return "broker (admission: VIP outside the clusterset CIDRs)"
+	})
+	run("publish cluster1's ClusterSetIP as the VIP of another service", func(t *testing.T) string {
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "steal", func(e *record.Export) { e.VIPs = []string{s.vip.String()} })); err != nil {
+			if refusedByBroker(err) {
+				return "broker (admission)"
+			}
+			t.Fatal(err)
+		}
+		for _, m := range []*fixture.Member{s.victim, s.bystand} {
+			if _, err := importOf(ctx, m.Cluster, attackNamespace, "steal", func(*mcsv1beta1.ServiceImport) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
+				si, err := m.MCS.MulticlusterV1beta1().ServiceImports(attackNamespace).Get(ctx, "steal", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if slices.Contains(si.Spec.IPs, s.vip.String()) {
+					return fmt.Errorf("%s's import of steal.attack took %s: %v", m.ID, s.vip, si.Spec.IPs)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+			if err := eventOn(ctx, m.Cluster, attackNamespace, importer.ReasonVIPRefused, s.vip.String()); err != nil {
+				t.Error(err)
+			}
+		}
+		return "importers (VIP not in a block the writer owns)"
+	})
+	run("publish a VIP in nobody's block of the clusterset range", func(t *testing.T) string {
+		stray := "243.254.0.7"
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "stray", func(e *record.Export) { e.VIPs = []string{stray} })); err != nil {
+			if refusedByBroker(err) {
+				return "broker (admission)"
+			}
+			t.Fatal(err)
+		}
+		si, err := importOf(ctx, s.bystand.Cluster, attackNamespace, "stray", func(*mcsv1beta1.ServiceImport) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(si.Spec.IPs) != 0 {
+			t.Fatalf("cluster2 imported stray.attack with VIPs %v", si.Spec.IPs)
+		}
+		if err := eventOn(ctx, s.bystand.Cluster, attackNamespace, importer.ReasonVIPRefused, stray); err != nil {
+			t.Error(err)
+		}
+		return "importers (VIP not in a block the writer owns)"
+	})
+	run("export web.attack too, claiming an export from 1970, other ports and its own VIP", func(t *testing.T) string {
+		forged := s.attackRecord(attackNamespace, "web", func(e *record.Export) {
+			e.Created = metav1.NewTime(time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC))
+			e.Ports = []mcsv1beta1.ServicePort{{Name: "admin", Protocol: corev1.ProtocolTCP, Port: 9999}}
+			e.VIPs = []string{attackerVIP(0)}
+		})
+		if err := s.writeRecord(forged); err != nil {
+			t.Fatal(err)
+		}
+		// cluster3 now contributes to web.attack: wait until cluster2 has
+		// merged its record, then cluster1's spec and VIP must still rule.
+		if _, err := importOf(ctx, s.bystand.Cluster, attackNamespace, "web", func(si *mcsv1beta1.ServiceImport) bool {
+			return slices.ContainsFunc(si.Status.Clusters, func(c mcsv1beta1.ClusterStatus) bool { return c.Cluster == s.attacker.ID })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return "importers (precedence bounded by the broker's creationTimestamp)"
+	})
+	run("write records, slices and the claim in cluster1's names", func(t *testing.T) string {
+		mustRefuse(t, "record in cluster1's name", s.writeRecord(func() *mcsv1beta1.ServiceImport {
+			si := s.attackRecord(attackNamespace, "later", nil)
+			si.Name = record.Name(s.victim.ID, attackNamespace, "later")
+			return si
+		}()))
+		slice := s.attackSlice(attackNamespace, "web", nthAddr(s.attacker.PodCIDR, 5).String())
+		slice.Name = victimPrefix + ".ipv4-7"
+		mustRefuse(t, "slice in cluster1's name", s.writeSlice(slice))
+		claim := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: clustersetip.ClaimName(s.victim.ID, corev1.IPv6Protocol), Namespace: broker.DefaultNamespace,
+				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
+			Data: map[string]string{clustersetip.ClaimKey: "fd7a:6d63:7364:ff::/64"},
+		}
+		_, err := s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(ctx, claim, metav1.CreateOptions{})
+		if !refusedByBroker(err) && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("claim in cluster1's name: %v", err)
+		}
+		return "broker (admission: the writer's ID is part of every name)"
+	})
+	run("take over cluster1's heartbeat Lease", func(t *testing.T) string {
+		leases := s.attacker.BrokerKube.CoordinationV1().Leases(broker.DefaultNamespace)
+		l, err := leases.Get(ctx, record.LeaseName(s.victim.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Labels[mcsv1beta1.LabelSourceCluster] = s.attacker.ID
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		mustRefuse(t, "relabel cluster1's Lease", err)
+		mustRefuse(t, "delete cluster1's Lease", leases.Delete(ctx, l.Name, metav1.DeleteOptions{}))
+		squat := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster9"), Labels: record.LeaseLabels(s.attacker.ID)}}
+		_, err = leases.Create(ctx, squat, metav1.CreateOptions{})
+		mustRefuse(t, "create another cluster's Lease name", err)
+		return "broker (admission: labels and names)"
+	})
+	run("delete cluster1's record, slices and claim", func(t *testing.T) string {
+		mustRefuse(t, "record", s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(ctx, record.Name(s.victim.ID, attackNamespace, "web"), metav1.DeleteOptions{}))
+		mustRefuse(t, "slice", s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Delete(ctx, record.EndpointSliceName(s.victim.ID, attackNamespace, "web", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{}))
+		mustRefuse(t, "claim", s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Delete(ctx, clustersetip.ClaimName(s.victim.ID, corev1.IPv4Protocol), metav1.DeleteOptions{}))
+		return "broker (admission: labels of the old object)"
+	})
+	run("claim the whole clusterset range, or a second block", func(t *testing.T) string {
+		cms := s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace)
+		whole := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: clustersetip.ClaimName(s.attacker.ID, corev1.IPv4Protocol), Namespace: broker.DefaultNamespace,
+				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
+			Data: map[string]string{clustersetip.ClaimKey: clustersetip.DefaultClusterSetCIDRv4.String()},
+		}
+		second := whole.DeepCopy()
+		second.Name = "clustersetip-" + s.attacker.ID + "-ipv4-2"
+		second.Data[clustersetip.ClaimKey] = "243.250.0.0/16"
+		_, err := cms.Create(ctx, second, metav1.CreateOptions{})
+		mustRefuse(t, "a second claim", err)
+		cur, err := cms.Get(ctx, whole.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Data = whole.Data
+		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+		mustRefuse(t, "widen its claim to the whole range", err)
+		return "broker (admission: one claim per family, of the configured size)"
+	})
+	run("inject endpoints outside its pod CIDRs (cluster1's pod, the API server, a node)", func(t *testing.T) string {
+		own := nthAddr(s.attacker.PodCIDR, 9).String()
+		foreign := []string{s.backend.IP.String(), "127.0.0.1", nthAddr(s.victim.ServiceCIDR, 1).String()}
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "inject", func(e *record.Export) { e.VIPs = []string{attackerVIP(1)} })); err != nil {
+			t.Fatal(err)
+		}
+		err := s.writeSlice(s.attackSlice(attackNamespace, "inject", append([]string{own}, foreign...)...))
+		if refusedByBroker(err) {
+			t.Logf("refused: %v", err)
+			return "broker (admission: endpoints outside the writer's declared pod CIDRs)"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string][]string
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			got, _ = importedAddresses(ctx, s.bystand.Cluster, attackNamespace, "inject")
+			return len(got[s.attacker.ID]) > 0, nil
+		})
+		if err != nil || !slices.Equal(got[s.attacker.ID], []string{own}) {
+			t.Fatalf("cluster2 imported %v of cluster3's inject.attack, want only %s", got, own)
+		}
+		return "importers (endpoints outside the writer's declared pod CIDRs)"
+	})
+	run("name cluster2's node as the node of its endpoint", func(t *testing.T) string {
+		own := nthAddr(s.attacker.PodCIDR, 10).String()
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "local", func(e *record.Export) { e.VIPs = []string{attackerVIP(2)} })); err != nil {
+			t.Fatal(err)
+		}
+		es := s.attackSlice(attackNamespace, "local", own)
+		es.Endpoints[0].NodeName = ptr.To(s.daemons[1].Node.Name)
+		es.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: attackNamespace, Name: "client"}
+		if err := s.writeSlice(es); err != nil {
+			if refusedByBroker(err) {
+				return "broker (admission)"
+			}
+			t.Fatal(err)
+		}
+		var list *discoveryv1.EndpointSliceList
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			list, err = s.bystand.Kube.DiscoveryV1().EndpointSlices(attackNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelServiceName + "=local"})
+			return err == nil && len(list.Items) > 0 && len(list.Items[0].Endpoints) > 0, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range list.Items[0].Endpoints {
+			if ep.NodeName != nil || ep.TargetRef != nil {
+				t.Fatalf("cluster2 kept nodeName %v / targetRef %v of a remote endpoint", ptr.Deref(ep.NodeName, ""), ep.TargetRef)
+			}
+		}
+		return "importers (nodeName and targetRef stripped)"
+	})
+	run("export a kube-system service", func(t *testing.T) string {
+		if err := s.writeRecord(s.attackRecord("kube-system", "kube-dns", func(e *record.Export) { e.VIPs = []string{attackerVIP(3)} })); err != nil {
+			if refusedByBroker(err) {
+				return "broker (admission)"
+			}
+			t.Fatal(err)
+		}
+		// A service exported in the same breath in an allowed namespace
+		// shows the importer has read the records.
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "marker", func(e *record.Export) { e.VIPs = []string{attackerVIP(4)} })); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []*fixture.Member{s.victim, s.bystand} {
+			if _, err := importOf(ctx, m.Cluster, attackNamespace, "marker", func(*mcsv1beta1.ServiceImport) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
+				_, err := m.MCS.MulticlusterV1beta1().ServiceImports("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+				if err == nil {
+					return fmt.Errorf("%s imported kube-system/kube-dns", m.ID)
+				}
+				if !apierrors.IsNotFound(err) {
+					return err
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		return "importers (namespace denylist: kube-system)"
+	})
+	run(fmt.Sprintf("flood the clusterset with records (cap %d per cluster)", attackCap), func(t *testing.T) string {
+		const flood = 3 * attackCap
+		for i := range flood {
+			if err := s.writeRecord(s.attackRecord(attackNamespace, fmt.Sprintf("flood-%02d", i), nil)); err != nil {
+				if refusedByBroker(err) || apierrors.IsForbidden(err) {
+					t.Logf("the broker stopped the flood at record %d: %v", i, err)
+					break
+				}
+				t.Fatal(err)
+			}
+		}
+		if err := eventOn(ctx, s.bystand.Cluster, "mcsd-system", importer.ReasonClusterOverCap, s.attacker.ID); err != nil {
+			t.Error(err)
+		}
+		if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
+			list, err := s.bystand.MCS.MulticlusterV1beta1().ServiceImports(attackNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			var fromAttacker int
+			for _, si := range list.Items {
+				if slices.ContainsFunc(si.Status.Clusters, func(c mcsv1beta1.ClusterStatus) bool { return c.Cluster == s.attacker.ID }) {
+					fromAttacker++
+				}
+			}
+			if fromAttacker > attackCap {
+				return fmt.Errorf("cluster2 imports %d services of cluster3, over the cap of %d", fromAttacker, attackCap)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+		return "importers (per-cluster cap); broker (ResourceQuota ceiling)"
+	})
+
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "attack\trefused by\tvictim unaffected")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", r.attack, r.refusedBy, r.unaffected)
+	}
+	_ = w.Flush()
+	t.Logf("what cluster3, compromised, tried against cluster1:\n%s", b.String())
+}
+
+func viewEqual(a, b victimView) bool {
+	return fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+// nthAddr is the i-th address of p.
+func nthAddr(p netip.Prefix, i int) netip.Addr {
+	a := p.Masked().Addr()
+	for range i {
+		a = a.Next()
+	}
+	return a
+}
