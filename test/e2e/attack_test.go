@@ -3,8 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -96,6 +99,7 @@ type victimView struct {
 	Type      mcsv1beta1.ServiceImportType
 	IPs       []string
 	Ports     []mcsv1beta1.ServicePort
+	Affinity  corev1.ServiceAffinity
 	Endpoints map[string][]string // per importing cluster
 	DNS       []string            // A answers from cluster2's mcsd
 	Reached   map[string]int      // clusters that answered connections to the VIP
@@ -108,7 +112,7 @@ func (s *attackSite) view() (victimView, error) {
 	if err != nil {
 		return v, err
 	}
-	v.Type, v.IPs, v.Ports = si.Spec.Type, si.Spec.IPs, si.Spec.Ports
+	v.Type, v.IPs, v.Ports, v.Affinity = si.Spec.Type, si.Spec.IPs, si.Spec.Ports, si.Spec.SessionAffinity
 	for _, m := range []*fixture.Member{s.victim, s.bystand} {
 		eps, err := importedAddresses(s.ctx, m.Cluster, attackNamespace, "web")
 		if err != nil {
@@ -279,6 +283,42 @@ func eventOn(ctx context.Context, c *harness.Cluster, namespace, reason, text st
 	return nil
 }
 
+// metricReaches waits until the daemon's /metrics has a sample of name
+// whose labels contain labels and whose value is at least min.
+func metricReaches(ctx context.Context, d *fixture.Daemon, name, labels string, min float64) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.Metrics, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
+				continue
+			}
+			last = line
+			fields := strings.Fields(line)
+			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil && v >= min {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s{%s} did not reach %v on %s (last: %q)", name, labels, min, d.Member.ID, last)
+	}
+	return nil
+}
+
 type attackRow struct{ attack, refusedBy, unaffected string }
 
 // TestACompromisedMemberTakesNothing has cluster3, holding its own real
@@ -385,7 +425,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 			}); err != nil {
 				t.Error(err)
 			}
-			if err := eventOn(ctx, m.Cluster, attackNamespace, importer.ReasonVIPRefused, s.vip.String()); err != nil {
+			if err := eventOn(ctx, m.Cluster, attackNamespace, importer.ReasonClusterSetIPNotOwned, s.vip.String()); err != nil {
 				t.Error(err)
 			}
 		}
@@ -406,15 +446,21 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		if len(si.Spec.IPs) != 0 {
 			t.Fatalf("cluster2 imported stray.attack with VIPs %v", si.Spec.IPs)
 		}
-		if err := eventOn(ctx, s.bystand.Cluster, attackNamespace, importer.ReasonVIPRefused, stray); err != nil {
+		if err := eventOn(ctx, s.bystand.Cluster, attackNamespace, importer.ReasonClusterSetIPNotOwned, stray); err != nil {
+			t.Error(err)
+		}
+		if err := metricReaches(ctx, s.daemons[1], "mcsd_importer_rejected_clustersetips_total", `reason="ClusterSetIPNotOwned"`, 2); err != nil {
 			t.Error(err)
 		}
 		return "importers (VIP not in a block the writer owns)"
 	})
-	run("export web.attack too, claiming an export from 1970, other ports and its own VIP", func(t *testing.T) string {
+	run("export web.attack too, claiming an export from 1970, ClientIP affinity and its own VIP", func(t *testing.T) string {
+		// The oldest export decides affinity and the VIP; ports would be
+		// merged from every exporter, as the API asks, so they are not
+		// what precedence decides.
 		forged := s.attackRecord(attackNamespace, "web", func(e *record.Export) {
 			e.Created = metav1.NewTime(time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC))
-			e.Ports = []mcsv1beta1.ServicePort{{Name: "admin", Protocol: corev1.ProtocolTCP, Port: 9999}}
+			e.SessionAffinity = corev1.ServiceAffinityClientIP
 			e.VIPs = []string{attackerVIP(0)}
 		})
 		if err := s.writeRecord(forged); err != nil {
@@ -482,23 +528,33 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		second.Data[clustersetip.ClaimKey] = "243.250.0.0/16"
 		_, err := cms.Create(ctx, second, metav1.CreateOptions{})
 		mustRefuse(t, "a second claim", err)
-		cur, err := cms.Get(ctx, whole.Name, metav1.GetOptions{})
-		if err != nil {
+		// Its own claim withdrawn (which it may do), the whole range in
+		// its place.
+		own := whole.DeepCopy()
+		own.Data[clustersetip.ClaimKey] = attackerBlock.String()
+		if err := cms.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		cur.Data = whole.Data
-		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-		mustRefuse(t, "widen its claim to the whole range", err)
+		_, err = cms.Create(ctx, whole, metav1.CreateOptions{})
+		mustRefuse(t, "claim the whole range", err)
+		if _, err := cms.Create(ctx, own, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("claiming its block again: %v", err)
+		}
 		return "broker (admission: one claim per family, of the configured size)"
 	})
-	run("inject endpoints outside its pod CIDRs (cluster1's pod, the API server, a node)", func(t *testing.T) string {
+	run("inject endpoints outside its pod CIDRs (cluster1's pod, the kubernetes ClusterIP, an outside host)", func(t *testing.T) string {
 		own := nthAddr(s.attacker.PodCIDR, 9).String()
-		foreign := []string{s.backend.IP.String(), "127.0.0.1", nthAddr(s.victim.ServiceCIDR, 1).String()}
+		// Addresses the API server's own EndpointSlice validation lets
+		// through (it refuses loopback and link-local ones itself).
+		foreign := []string{s.backend.IP.String(), nthAddr(s.victim.ServiceCIDR, 1).String(), "192.0.2.10"}
 		if err := s.writeRecord(s.attackRecord(attackNamespace, "inject", func(e *record.Export) { e.VIPs = []string{attackerVIP(1)} })); err != nil {
 			t.Fatal(err)
 		}
 		err := s.writeSlice(s.attackSlice(attackNamespace, "inject", append([]string{own}, foreign...)...))
 		if refusedByBroker(err) {
+			if !strings.Contains(err.Error(), broker.EndpointsPolicy) {
+				t.Fatalf("refused, but not by %s: %v", broker.EndpointsPolicy, err)
+			}
 			t.Logf("refused: %v", err)
 			return "broker (admission: endpoints outside the writer's declared pod CIDRs)"
 		}
@@ -574,6 +630,11 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 				t.Error(err)
 			}
 		}
+		for _, d := range s.daemons {
+			if err := metricReaches(ctx, d, "mcsd_importer_ignored_records_total", `reason="NamespaceDenied"`, 1); err != nil {
+				t.Error(err)
+			}
+		}
 		return "importers (namespace denylist: kube-system)"
 	})
 	run(fmt.Sprintf("flood the clusterset with records (cap %d per cluster)", attackCap), func(t *testing.T) string {
@@ -587,7 +648,10 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := eventOn(ctx, s.bystand.Cluster, "mcsd-system", importer.ReasonClusterOverCap, s.attacker.ID); err != nil {
+		if err := eventOn(ctx, s.bystand.Cluster, "mcsd-system", importer.EventClusterOverServiceCap, s.attacker.ID); err != nil {
+			t.Error(err)
+		}
+		if err := metricReaches(ctx, s.daemons[1], "mcsd_importer_ignored_records_total", `reason="OverServiceCap"`, 1); err != nil {
 			t.Error(err)
 		}
 		if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
