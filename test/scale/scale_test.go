@@ -69,6 +69,9 @@ func run(b *testing.B, sc scenario) result {
 	defer cancel()
 	cs := harness.Start(b, harness.Options{Clusters: 1})
 	m := fixture.Join(b, cs)[0]
+	if !m.PodCIDR.Contains(endpointOf(0, 0)) {
+		b.Fatalf("the member's pod CIDR %s does not hold its endpoints %s", m.PodCIDR, endpointOf(0, 0))
+	}
 	if block := m.Blocks[corev1.IPv4Protocol]; !block.Contains(vipOf(0)) || !block.Contains(vipOf(sc.services-1)) {
 		b.Fatalf("the member claimed %s, which does not hold the services' VIPs %s-%s", block, vipOf(0), vipOf(sc.services-1))
 	}
@@ -411,10 +414,13 @@ func vipOf(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{243, byte(i >> 16), byte(i >> 8), byte(i)})
 }
 
-// endpointOf is the k-th endpoint address of cluster ci: 100.(64+ci)/16,
-// so that a cluster's endpoints are told apart by their prefix.
+// endpointOf is the k-th endpoint address of cluster ci: 100.(65+ci)/16,
+// so that a cluster's endpoints are told apart by their prefix, and the
+// member's (ci 0) lie in the pod CIDR the broker declared for it (the
+// harness gives cluster1 100.65.0.0/16); the simulated clusters have no
+// declaration, and importers keep such clusters' endpoints.
 func endpointOf(ci, k int) netip.Addr {
-	return netip.AddrFrom4([4]byte{100, byte(64 + ci), byte(k / 250), byte(k%250 + 1)})
+	return netip.AddrFrom4([4]byte{100, byte(65 + ci), byte(k / 250), byte(k%250 + 1)})
 }
 
 func clusterPrefix(ci int) string { return fmt.Sprintf("100.%d.", 64+ci) }
