@@ -450,14 +450,13 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		})
 		gone.stop()
 		died := time.Now()
-		si := e.imported(home, "app", "shared", clusterTTL+grace+minute, "taken over by east", func(si *mcsv1beta1.ServiceImport) bool {
-			return si.Spec.Type == mcsv1beta1.ClusterSetIP && slices.Equal(si.Spec.IPs, []string{"243.1.0.15"})
+		// The spec and the status are written one after the other: wait
+		// for both.
+		e.imported(home, "app", "shared", clusterTTL+grace+minute, "taken over by east, and ready", func(si *mcsv1beta1.ServiceImport) bool {
+			return si.Spec.Type == mcsv1beta1.ClusterSetIP && slices.Equal(si.Spec.IPs, []string{"243.1.0.15"}) && readyIs(si, metav1.ConditionTrue, "Ready")
 		})
 		if took := time.Since(died); took < grace {
 			t.Fatalf("east took over %v after gone died, before the grace of %v", took, grace)
-		}
-		if !readyIs(si, metav1.ConditionTrue, "Ready") {
-			t.Fatalf("not ready: %s", dump(si))
 		}
 		e.livenessEvent(home, importer.EventClusterGonePastGrace)
 		if n := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonClusterGonePastGrace}); n < 1 {
