@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/term"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -78,6 +76,7 @@ func printUsage(w io.Writer, nfs cliflag.NamedFlagSets) {
 
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
+	reg := newRegistry()
 	localCfg, err := localConfig(o)
 	if err != nil {
 		return err
@@ -94,9 +93,6 @@ func run(ctx context.Context, o *options) error {
 	}
 	build := version.Get()
 	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var dp *dataPlane
 	if o.runs(componentDNS) || o.runs(componentProxier) {
