@@ -181,6 +181,11 @@ func (c *controllers) run(ctx context.Context) error {
 	// The heartbeat says this cluster is alive; only a cluster that exports
 	// has endpoints for others to drop, but an importing-only cluster's
 	// Lease costs one write every few seconds and keeps the rule simple.
+	// It is exporter.Heartbeat rather than component-helpers' lease
+	// controller, which reports no successful renewal (the dial gate and
+	// the broker conditions need each outcome), backs off inside one tick
+	// and deletes the Lease at start and stop: README, "The heartbeat is
+	// not component-helpers' lease controller".
 	hb := &exporter.Heartbeat{
 		Broker:    heartbeatClients.kube,
 		Namespace: c.o.brokerNamespace,
