@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # The mcsd node daemon: `make image` (IMAGE=...), which stamps the version
 # from git and tags the image with it, or by hand:
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
-#     --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/mcsd-io/mcsd:dev .
+#   v=$(git describe --tags --always --dirty)
+#   docker build --build-arg VERSION=$v --build-arg REVISION=$(git rev-parse HEAD) \
+#     -t ghcr.io/mcsd-io/mcsd:$v .
 # Without the build arguments the binary says it is v0.0.0-dev (the build
 # context holds no .git to ask).
 # The binary is static (CGO_ENABLED=0); the runtime image adds nft, which the
