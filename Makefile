@@ -8,7 +8,8 @@
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 #   make bench-scale    the control plane at 3x10k and 50x1k services (root)
-#   make image      the mcsd container image (IMAGE=...; needs a Docker engine)
+#   make image      the mcsd container image, tagged with the version (IMAGE=...; needs a Docker engine)
+#   make version    the version stamped into binaries and image tags
 #   make test-kind  two kind clusters, a smoke test and mcs-api conformance (Docker, kind)
 
 SHELL := /bin/bash
@@ -19,9 +20,18 @@ DEEPCOPY_GEN := $(GO) run k8s.io/code-generator/cmd/deepcopy-gen@v0.36.3
 # Built Kubernetes components and tools, keyed by version (gitignored).
 export MCSD_CACHE ?= $(CURDIR)/.cache
 TEST_TIMEOUT ?= 30m
+
+# The version stamped into the binary (mcsd --version, the mcsd_build_info
+# metric) and the image tag: `git describe` of the source, such as v0.1.0,
+# v0.1.0-3-g1a2b3c4 (three commits past the tag) or 1a2b3c4-dirty (no tag
+# yet, uncommitted changes). Override with VERSION=... for a release.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/mcsd-io/mcsd/internal/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 FUZZ_TIME ?= 20s
 
-.PHONY: all build test test-unit test-integration lint verify generate manifests verify-manifests \
+.PHONY: all build version test test-unit test-integration lint verify generate manifests verify-manifests \
         harness-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
 
 all: build
@@ -29,9 +39,12 @@ all: build
 help:
 	@sed -n 's/^#   //p' Makefile
 
+version:
+	@echo $(VERSION)
+
 build:
 	$(GO) build ./...
-	$(GO) build -o bin/mcsd ./cmd/mcsd
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/mcsd ./cmd/mcsd
 	$(GO) build -o bin/clusterset ./test/cmd/clusterset
 
 # The Kubernetes components the harness runs; built once per version.
@@ -115,22 +128,26 @@ bench-scale: harness-binaries
 # A broker, two clusters and one mcsd each; an app exported from cluster2,
 # reached by name and ClusterSetIP from cluster1, then scaled into cluster1.
 demo: harness-binaries
-	$(GO) build -o bin/mcsd ./cmd/mcsd
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/mcsd ./cmd/mcsd
 	$(GO) build -o bin/demo ./test/cmd/demo
 	MCSD_BINARY=$(CURDIR)/bin/mcsd ./bin/demo
 
-# The node daemon's container image (Dockerfile).
-IMAGE ?= ghcr.io/mcsd-io/mcsd:dev
+# The node daemon's container image (Dockerfile), tagged with VERSION and
+# stamped with it. Nothing publishes images yet: push it to a registry of
+# yours (IMAGE_REPO=registry.example.com/mcsd make image && docker push ...)
+# and point manifests/mcsd at it with kustomize's images: (README).
+IMAGE_REPO ?= ghcr.io/mcsd-io/mcsd
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
 .PHONY: image
 image:
-	docker build -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
 
 # On a machine with Docker and kind: two kind clusters joined by mcsd, a
 # kubectl smoke test, then the mcs-api conformance suite; KEEP=1 leaves the
 # clusters up. Not part of make test.
 .PHONY: test-kind
-test-kind:
-	IMAGE=$(IMAGE) test/kind/up.sh
+test-kind: image
+	SKIP_BUILD=1 IMAGE=$(IMAGE) test/kind/up.sh
 	IMAGE=$(IMAGE) test/kind/e2e.sh; rc=$$?; [ -n "$(KEEP)" ] || test/kind/down.sh; exit $$rc
 
 clean:

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -179,6 +181,11 @@ func (c *controllers) run(ctx context.Context) error {
 	// The heartbeat says this cluster is alive; only a cluster that exports
 	// has endpoints for others to drop, but an importing-only cluster's
 	// Lease costs one write every few seconds and keeps the rule simple.
+	// It is exporter.Heartbeat rather than component-helpers' lease
+	// controller, which reports no successful renewal (the dial gate and
+	// the broker conditions need each outcome), backs off inside one tick
+	// and deletes the Lease at start and stop: README, "The heartbeat is
+	// not component-helpers' lease controller".
 	hb := &exporter.Heartbeat{
 		Broker:    heartbeatClients.kube,
 		Namespace: c.o.brokerNamespace,
@@ -244,17 +251,25 @@ func (c *controllers) claimBlocks(ctx context.Context, broker *clients) (map[cor
 	return allocators, nil
 }
 
-// ready says whether the controllers of this replica are synced; a replica
-// that is not leading has nothing to be ready for.
-func (c *controllers) ready() (bool, string) {
-	if !c.leading.Load() {
-		return true, ""
+// readyChecks say whether the controllers of this replica are synced; a
+// replica that is not leading has nothing to be ready for.
+func (c *controllers) readyChecks() []healthz.HealthChecker {
+	var checks []healthz.HealthChecker
+	if c.o.runs(componentExporter) {
+		checks = append(checks, healthz.NamedCheck("exporter-synced", func(*http.Request) error {
+			if e := c.exporter.Load(); c.leading.Load() && (e == nil || !e.Synced()) {
+				return errors.New("exporter: caches not synced yet")
+			}
+			return nil
+		}))
 	}
-	if e := c.exporter.Load(); c.o.runs(componentExporter) && (e == nil || !e.Synced()) {
-		return false, "exporter: caches not synced yet"
+	if c.o.runs(componentImporter) {
+		checks = append(checks, healthz.NamedCheck("importer-synced", func(*http.Request) error {
+			if i := c.importer.Load(); c.leading.Load() && (i == nil || !i.Synced()) {
+				return errors.New("importer: caches not synced yet")
+			}
+			return nil
+		}))
 	}
-	if i := c.importer.Load(); c.o.runs(componentImporter) && (i == nil || !i.Synced()) {
-		return false, "importer: caches not synced yet"
-	}
-	return true, ""
+	return checks
 }

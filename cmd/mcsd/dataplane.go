@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -281,25 +284,38 @@ func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
 }
 
-// ready says whether every data-plane component this replica runs answers
-// from synced state.
-func (dp *dataPlane) ready() (bool, string) {
-	if dp.dnsServer != nil && !dp.dnsServer.Ready() {
-		return false, "dns: not serving from a synced index yet"
+// readyChecks say whether every data-plane component this replica runs
+// answers from synced state.
+func (dp *dataPlane) readyChecks() []healthz.HealthChecker {
+	var checks []healthz.HealthChecker
+	if dp.dnsServer != nil {
+		checks = append(checks, healthz.NamedCheck("dns-synced", func(*http.Request) error {
+			if !dp.dnsServer.Ready() {
+				return errors.New("dns: not serving from a synced index yet")
+			}
+			return nil
+		}))
 	}
-	if dp.provider != nil && !dp.fed.Load() {
-		return false, "proxier: informers not synced yet"
+	if dp.provider != nil {
+		checks = append(checks, healthz.NamedCheck("proxier-synced", func(*http.Request) error {
+			if !dp.fed.Load() {
+				return errors.New("proxier: informers not synced yet")
+			}
+			return nil
+		}))
 	}
-	return true, ""
+	return checks
 }
 
-// healthy says whether the proxier applies queued updates in time.
-func (dp *dataPlane) healthy() (bool, string) {
+// healthChecks say whether the proxier applies queued updates in time.
+func (dp *dataPlane) healthChecks() []healthz.HealthChecker {
 	if dp.health == nil {
-		return true, ""
+		return nil
 	}
-	if ok, last := dp.health.Healthy(); !ok {
-		return false, fmt.Sprintf("proxier: a queued update is not applied (last sync %v)", last)
-	}
-	return true, ""
+	return []healthz.HealthChecker{healthz.NamedCheck("proxier-sync", func(*http.Request) error {
+		if ok, last := dp.health.Healthy(); !ok {
+			return fmt.Errorf("proxier: a queued update is not applied (last sync %v)", last)
+		}
+		return nil
+	})}
 }

@@ -11,23 +11,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/klog/v2"
 )
-
-// check is one named readiness or health check.
-type check func() (bool, string)
 
 // serveEndpoints starts the /metrics (and /debug/pprof with --profiling) and the /healthz, /readyz and /livez
 // servers; both stop when ctx ends. A port that cannot be bound is an error
 // at once, naming the flag.
 func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, dp *dataPlane, ctrl *controllers) error {
-	var readiness, health []check
+	var health, readiness []healthz.HealthChecker
 	if dp != nil {
-		readiness = append(readiness, dp.ready)
-		health = append(health, dp.healthy)
+		health = append(health, dp.healthChecks()...)
+		readiness = append(readiness, dp.readyChecks()...)
 	}
 	if ctrl != nil {
-		readiness = append(readiness, ctrl.ready)
+		readiness = append(readiness, ctrl.readyChecks()...)
 	}
 	if o.metricsAddress != "" {
 		mux := http.NewServeMux()
@@ -45,27 +43,33 @@ func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, d
 		}
 	}
 	if o.healthAddress != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/livez", checksHandler(nil))
-		mux.Handle("/healthz", checksHandler(health))
-		mux.Handle("/readyz", checksHandler(append(health, readiness...)))
-		if err := listenAndServe(ctx, "health-address", o.healthAddress, mux); err != nil {
+		if err := listenAndServe(ctx, "health-address", o.healthAddress, healthMux(health, readiness)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checksHandler(checks []check) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		for _, c := range checks {
-			if ok, why := c(); !ok {
-				http.Error(w, why, http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ok")
-	})
+// healthMux serves the checks as Kubernetes components do, with the API
+// server's healthz handlers:
+//
+//   - /livez: the process serves HTTP (the check "ping"); the kubelet
+//     restarts a pod that fails it.
+//   - /healthz: the health checks, such as the proxier applying queued
+//     updates in time.
+//   - /readyz: the health checks and the readiness checks, such as the DNS
+//     index and the proxier fed from synced informers.
+//
+// Each answers 200 "ok" or 500 naming the failed checks (their reasons go
+// to the log at -v=2); ?verbose lists every check, ?exclude=NAME skips one,
+// and /readyz/NAME (also /healthz/NAME) runs one check and says why it
+// fails.
+func healthMux(health, readiness []healthz.HealthChecker) *http.ServeMux {
+	mux := http.NewServeMux()
+	healthz.InstallLivezHandler(mux)
+	healthz.InstallHandler(mux, health...)
+	healthz.InstallReadyzHandler(mux, append(health[:len(health):len(health)], readiness...)...)
+	return mux
 }
 
 func listenAndServe(ctx context.Context, flagName, addr string, h http.Handler) error {

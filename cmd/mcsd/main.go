@@ -9,34 +9,36 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/term"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/internal/version"
 )
 
 func main() {
-	fs := flag.NewFlagSet("mcsd", flag.ContinueOnError)
-	klog.InitFlags(fs)
 	o := &options{}
-	raw := o.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: mcsd [flags]\n\nThe Multi-Cluster Services node daemon: exporter, importer, clusterset DNS and ClusterSetIP proxier.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs, nfs, raw := o.flagSets()
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
+		fmt.Fprintf(os.Stderr, "mcsd: %v\nRun 'mcsd --help' for the flags.\n", err)
 		os.Exit(2)
+	}
+	switch {
+	case o.help:
+		printUsage(os.Stdout, nfs)
+		os.Exit(0)
+	case o.version:
+		fmt.Println("mcsd", version.Get())
+		os.Exit(0)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcsd: unexpected arguments %q; every setting is a flag (see --help)\n", fs.Args())
@@ -44,6 +46,10 @@ func main() {
 	}
 	if err := o.complete(raw); err != nil {
 		fmt.Fprintf(os.Stderr, "mcsd: invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
+	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "mcsd: logging flags: %v\n", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -56,8 +62,21 @@ func main() {
 	klog.Flush()
 }
 
+// printUsage prints what mcsd is and its flags, group by group.
+func printUsage(w io.Writer, nfs cliflag.NamedFlagSets) {
+	fmt.Fprintf(w, "Usage: mcsd [flags]\n\nThe Multi-Cluster Services node daemon: exporter, importer, clusterset DNS and ClusterSetIP proxier.\n")
+	cols := 0 // no wrapping, unless w is a terminal
+	if f, ok := w.(*os.File); ok {
+		if width, _, err := term.GetSize(int(f.Fd())); err == nil {
+			cols = width
+		}
+	}
+	cliflag.PrintSections(w, nfs, cols)
+}
+
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
+	reg := newRegistry()
 	localCfg, err := localConfig(o)
 	if err != nil {
 		return err
@@ -72,10 +91,8 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
 	}
-	logger.Info("Starting mcsd", "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := version.Get()
+	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
 
 	var dp *dataPlane
 	if o.runs(componentDNS) || o.runs(componentProxier) {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -12,8 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	// --logging-format=json
+	_ "k8s.io/component-base/logs/json/register"
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
@@ -93,6 +98,11 @@ type options struct {
 
 	metricsAddress string
 	healthAddress  string
+
+	logs *logsapi.LoggingConfiguration
+
+	// help and version ask for a message instead of a run.
+	help, version bool
 }
 
 // rawFlags holds flag values that need parsing after flag.Parse.
@@ -104,63 +114,110 @@ type rawFlags struct {
 	dnsReverseCIDRs string
 }
 
-func (o *options) register(fs *flag.FlagSet) *rawFlags {
+// The groups of flags in --help, in order.
+const (
+	flagsGeneral       = "general"
+	flagsConnection    = "connection"
+	flagsIdentity      = "cluster identity"
+	flagsClusterSetIP  = "ClusterSetIP"
+	flagsControllers   = "controllers"
+	flagsDNS           = "DNS"
+	flagsProxier       = "proxier"
+	flagsObservability = "observability"
+	flagsLogging       = "logging"
+)
+
+// flagSets registers every flag of the daemon in its group of --help and
+// returns them also as one set to parse. Flags are Kubernetes style:
+// --name=value or --name value, booleans --name or --name=false.
+func (o *options) flagSets() (*pflag.FlagSet, cliflag.NamedFlagSets, *rawFlags) {
+	var nfs cliflag.NamedFlagSets
+	raw := o.register(&nfs)
+	fs := pflag.NewFlagSet("mcsd", pflag.ContinueOnError)
+	// --cluster_id is --cluster-id, as in Kubernetes components.
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	// Errors are reported by the caller, once, without the whole usage.
+	fs.SetOutput(io.Discard)
+	for _, name := range nfs.Order {
+		fs.AddFlagSet(nfs.FlagSets[name])
+	}
+	return fs, nfs, raw
+}
+
+func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	raw := &rawFlags{}
-	fs.StringVar(&raw.components, "components", strings.Join(allComponents, ","), "comma-separated components to run: "+strings.Join(allComponents, ", "))
+	general := nfs.FlagSet(flagsGeneral)
+	connection := nfs.FlagSet(flagsConnection)
+	identity := nfs.FlagSet(flagsIdentity)
+	vip := nfs.FlagSet(flagsClusterSetIP)
+	controllers := nfs.FlagSet(flagsControllers)
+	dnsFlags := nfs.FlagSet(flagsDNS)
+	proxierFlags := nfs.FlagSet(flagsProxier)
+	observability := nfs.FlagSet(flagsObservability)
+	logging := nfs.FlagSet(flagsLogging)
 
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
-	fs.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
-	fs.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
-	fs.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
-	fs.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
-	fs.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
+	general.BoolVarP(&o.help, "help", "h", false, "print the flags and exit")
+	general.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit")
+	general.StringVar(&raw.components, "components", strings.Join(allComponents, ","), "comma-separated components to run: "+strings.Join(allComponents, ", "))
+	general.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 5*time.Second, "time components get to stop after SIGTERM")
 
-	fs.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (an RFC 1123 label); empty means the cluster.clusterset.k8s.io ClusterProperty, created from the kube-system namespace UID when absent")
-	fs.StringVar(&o.clusterSet, "clusterset", "clusterset", "name of the ClusterSet this cluster joins (recorded as the clusterset.k8s.io ClusterProperty)")
+	connection.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
+	connection.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
+	connection.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
+	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
+	connection.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
+	connection.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
 
-	fs.BoolVar(&o.clusterSetIPs, "clusterset-ip", true, "give exported ClusterSetIP services a clusterset VIP (a ServiceExport's annotation "+"mcsd.io/clusterset-ip overrides it)")
-	fs.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String(), "clusterset VIP ranges, at most one per IP family")
-	fs.StringVar(&raw.clusterVIPCIDRs, "cluster-vip-cidrs", "", "this cluster's VIP blocks inside --clusterset-cidrs, at most one per family; empty means the first free block of --vip-block-bits")
-	fs.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", clustersetip.DefaultBlockBitsV4, "prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none")
-	fs.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", clustersetip.DefaultBlockBitsV6, "prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none")
-	fs.DurationVar(&o.leaseDuration, "lease-duration", 10*time.Second, "duration of this cluster's heartbeat Lease on the broker; it is renewed every fifth of it")
-	fs.DurationVar(&o.clusterTTL, "cluster-ttl", 10*time.Second, "a cluster whose broker Lease has not been renewed for this long is gone: its endpoints leave every importing cluster")
+	identity.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (an RFC 1123 label); empty means the cluster.clusterset.k8s.io ClusterProperty, created from the kube-system namespace UID when absent")
+	identity.StringVar(&o.clusterSet, "clusterset", "clusterset", "name of the ClusterSet this cluster joins (recorded as the clusterset.k8s.io ClusterProperty)")
 
-	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run the exporter and importer only in the elected replica (a Lease in the local cluster)")
-	fs.StringVar(&o.leaderElectNS, "leader-elect-namespace", "mcsd-system", "namespace of the leader-election Lease")
-	fs.StringVar(&o.leaderElectID, "leader-elect-identity", "", "this replica's identity in leader election; empty means the node name and process ID")
-	fs.DurationVar(&o.leaderElectLease, "leader-elect-lease-duration", 15*time.Second, "leader-election lease duration")
-	fs.DurationVar(&o.leaderElectRenew, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
-	fs.DurationVar(&o.leaderElectRetry, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
-	fs.IntVar(&o.exporterWorkers, "exporter-workers", 4, "services the exporter syncs at once")
-	fs.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
-	fs.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
-	fs.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
-	fs.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", importer.DefaultGoneClusterGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
-	fs.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
-	fs.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 5*time.Second, "time components get to stop after SIGTERM")
+	vip.BoolVar(&o.clusterSetIPs, "clusterset-ip", true, "give exported ClusterSetIP services a clusterset VIP (a ServiceExport's annotation "+"mcsd.io/clusterset-ip overrides it)")
+	vip.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String(), "clusterset VIP ranges, at most one per IP family")
+	vip.StringVar(&raw.clusterVIPCIDRs, "cluster-vip-cidrs", "", "this cluster's VIP blocks inside --clusterset-cidrs, at most one per family; empty means the first free block of --vip-block-bits")
+	vip.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", clustersetip.DefaultBlockBitsV4, "prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none")
+	vip.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", clustersetip.DefaultBlockBitsV6, "prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none")
 
-	fs.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
-	fs.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
-	fs.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
-	fs.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
-	fs.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
+	controllers.DurationVar(&o.leaseDuration, "lease-duration", 10*time.Second, "duration of this cluster's heartbeat Lease on the broker; it is renewed every fifth of it")
+	controllers.DurationVar(&o.clusterTTL, "cluster-ttl", 10*time.Second, "a cluster whose broker Lease has not been renewed for this long is gone: its endpoints leave every importing cluster")
+	controllers.BoolVar(&o.leaderElect, "leader-elect", true, "run the exporter and importer only in the elected replica (a Lease in the local cluster)")
+	controllers.StringVar(&o.leaderElectNS, "leader-elect-namespace", "mcsd-system", "namespace of the leader-election Lease")
+	controllers.StringVar(&o.leaderElectID, "leader-elect-identity", "", "this replica's identity in leader election; empty means the node name and process ID")
+	controllers.DurationVar(&o.leaderElectLease, "leader-elect-lease-duration", 15*time.Second, "leader-election lease duration")
+	controllers.DurationVar(&o.leaderElectRenew, "leader-elect-renew-deadline", 10*time.Second, "leader-election renew deadline")
+	controllers.DurationVar(&o.leaderElectRetry, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
+	controllers.IntVar(&o.exporterWorkers, "exporter-workers", 4, "services the exporter syncs at once")
+	controllers.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
+	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
+	controllers.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
+	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", importer.DefaultGoneClusterGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
+	controllers.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
 
-	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
-	fs.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families the proxier programs")
-	fs.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
-	fs.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
-	fs.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
-	fs.DurationVar(&o.fullSync, "proxier-full-sync-period", proxier.DefaultFullSyncPeriod, "how often the proxier counts the rules of each of its chains and rewrites those changed behind its back")
-	fs.StringVar(&raw.masqMark, "masquerade-mark", fmt.Sprintf("%#x", proxier.DefaultMasqueradeMark), "the single packet-mark bit that flags traffic to masquerade")
-	fs.BoolVar(&o.masqAll, "masquerade-all", false, "masquerade all traffic to ClusterSetIPs")
-	fs.StringVar(&raw.podCIDRs, "pod-cidrs", "", "this cluster's pod CIDRs; traffic to a ClusterSetIP from other sources is masqueraded")
-	fs.BoolVar(&o.preferLocal, "prefer-local-cluster", false, "prefer the local cluster's endpoints for every ClusterSetIP, as trafficDistribution PreferClose does")
-	fs.DurationVar(&o.healthTimeout, "proxier-healthz-timeout", time.Minute, "the proxier is unhealthy when a queued update has not been applied for this long")
+	dnsFlags.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
+	dnsFlags.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
+	dnsFlags.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
+	dnsFlags.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 
-	fs.StringVar(&o.metricsAddress, "metrics-address", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles under /debug/pprof/ on --metrics-address")
-	fs.StringVar(&o.healthAddress, "health-address", ":9091", "address of /healthz, /readyz and /livez; empty disables them")
+	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
+	proxierFlags.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
+	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families the proxier programs")
+	proxierFlags.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
+	proxierFlags.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
+	proxierFlags.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
+	proxierFlags.DurationVar(&o.fullSync, "proxier-full-sync-period", proxier.DefaultFullSyncPeriod, "how often the proxier counts the rules of each of its chains and rewrites those changed behind its back")
+	proxierFlags.StringVar(&raw.masqMark, "masquerade-mark", fmt.Sprintf("%#x", proxier.DefaultMasqueradeMark), "the single packet-mark bit that flags traffic to masquerade")
+	proxierFlags.BoolVar(&o.masqAll, "masquerade-all", false, "masquerade all traffic to ClusterSetIPs")
+	proxierFlags.StringVar(&raw.podCIDRs, "pod-cidrs", "", "this cluster's pod CIDRs; traffic to a ClusterSetIP from other sources is masqueraded")
+	proxierFlags.BoolVar(&o.preferLocal, "prefer-local-cluster", false, "prefer the local cluster's endpoints for every ClusterSetIP, as trafficDistribution PreferClose does")
+	proxierFlags.DurationVar(&o.healthTimeout, "proxier-healthz-timeout", time.Minute, "the proxier is unhealthy when a queued update has not been applied for this long")
+
+	observability.StringVar(&o.metricsAddress, "metrics-address", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
+	observability.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles under /debug/pprof/ on --metrics-address")
+	observability.StringVar(&o.healthAddress, "health-address", ":9091", "address of /healthz, /readyz and /livez; empty disables them")
+
+	// As Kubernetes components: -v, --vmodule, --logging-format (text or
+	// json) and --log-flush-frequency, applied by logsapi.ValidateAndApply.
+	o.logs = logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(o.logs, logging)
 	return raw
 }
 
@@ -371,7 +428,28 @@ func (o *options) complete(raw *rawFlags) error {
 	if o.shutdownGracePeriod < 0 {
 		bad("shutdown-grace-period", "must not be negative")
 	}
+	for _, err := range logsapi.Validate(o.logs, nil, nil) {
+		bad(loggingFlag(err.Field), "%s", err.ErrorBody())
+	}
 	return errors.Join(errs...)
+}
+
+// loggingFlag is the flag of a field of the logging configuration.
+func loggingFlag(field string) string {
+	for prefix, flagName := range map[string]string{
+		"flushFrequency":           logsapi.LogFlushFreqFlagName,
+		"verbosity":                "v",
+		"vmodule":                  "vmodule",
+		"options.text.splitStream": "log-text-split-stream",
+		"options.text.infoBuffer":  "log-text-info-buffer-size",
+		"options.json.splitStream": "log-json-split-stream",
+		"options.json.infoBuffer":  "log-json-info-buffer-size",
+	} {
+		if strings.HasPrefix(field, prefix) {
+			return flagName
+		}
+	}
+	return "logging-format"
 }
 
 func (o *options) runs(component string) bool { return slices.Contains(o.components, component) }

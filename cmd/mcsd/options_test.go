@@ -1,22 +1,21 @@
 package main
 
 import (
-	"flag"
-	"io"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
 func parse(t *testing.T, args ...string) (*options, error) {
 	t.Helper()
-	fs := flag.NewFlagSet("mcsd", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	o := &options{}
-	raw := o.register(fs)
+	fs, _, raw := o.flagSets()
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -34,40 +33,46 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		args []string
 		flag string
 	}{
-		{"an unknown component", []string{"--components=exporter,router"}, "--components"},
-		{"no component", []string{"--components=,"}, "--components"},
-		{"controllers without a broker", []string{"--broker-kubeconfig=", "--components=importer"}, "--broker-kubeconfig"},
-		{"both broker credentials", []string{"--broker-secret=ns/name"}, "--broker-secret"},
-		{"a broker secret that is not NAMESPACE/NAME", []string{"--broker-kubeconfig=", "--broker-secret=name"}, "--broker-secret"},
-		{"a missing kubeconfig file", []string{"--kubeconfig=/nonexistent/kubeconfig"}, "--kubeconfig"},
-		{"a cluster ID that is not a DNS label", []string{"--cluster-id=East_1"}, "--cluster-id"},
-		{"a clusterset range that is not a CIDR", []string{"--clusterset-cidrs=243.0.0.0"}, "--clusterset-cidrs"},
-		{"two IPv4 clusterset ranges", []string{"--clusterset-cidrs=243.0.0.0/8,244.0.0.0/8"}, "--clusterset-cidrs"},
-		{"a VIP block outside the clusterset range", []string{"--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs"},
-		{"a block size that does not fit", []string{"--vip-block-bits-ipv4=4"}, "--vip-block-bits-ipv4"},
-		{"a denied namespace that is not a namespace name", []string{"--import-namespace-denylist=kube-system,Kube_Public"}, "--import-namespace-denylist"},
-		{"no room for a single service per cluster", []string{"--max-services-per-cluster=0"}, "--max-services-per-cluster"},
-		{"a grace shorter than the TTL", []string{"--gone-cluster-grace=1s"}, "--gone-cluster-grace"},
-		{"a TTL shorter than the renewal cadence", []string{"--lease-duration=10s", "--cluster-ttl=2s"}, "--cluster-ttl"},
-		{"a renew deadline past the lease", []string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
-		{"a DNS address without a port", []string{"--dns-listen=127.0.0.1"}, "--dns-listen"},
-		{"a DNS TTL out of range", []string{"--dns-ttl=0s"}, "--dns-ttl"},
-		{"a DNS reverse range that is not a CIDR", []string{"--dns-reverse-cidrs=10.0.0.0"}, "--dns-reverse-cidrs"},
-		{"a DNS reverse range wider than a zone", []string{"--dns-reverse-cidrs=0.0.0.0/4"}, "--dns-reverse-cidrs"},
-		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families"},
-		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark"},
-		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs"},
-		{"an unknown proxier mode", []string{"--proxier-mode=ipvs"}, "--proxier-mode"},
-		{"a sync period shorter than the minimum", []string{"--proxier-min-sync-period=10s", "--proxier-sync-period=1s"}, "--proxier-sync-period"},
-		{"a network namespace that does not exist", []string{"--netns=/run/netns/nonexistent-mcsd"}, "--netns"},
-		{"a metrics address without a port", []string{"--metrics-address=localhost"}, "--metrics-address"},
+		{"an unknown component", []string{"--components=exporter,router"}, "--components:"},
+		{"no component", []string{"--components=,"}, "--components:"},
+		{"controllers without a broker", []string{"--broker-kubeconfig=", "--components=importer"}, "--broker-kubeconfig:"},
+		{"both broker credentials", []string{"--broker-secret=ns/name"}, "--broker-secret:"},
+		{"a broker secret that is not NAMESPACE/NAME", []string{"--broker-kubeconfig=", "--broker-secret=name"}, "--broker-secret:"},
+		{"a missing kubeconfig file", []string{"--kubeconfig=/nonexistent/kubeconfig"}, "--kubeconfig:"},
+		{"a cluster ID that is not a DNS label", []string{"--cluster-id=East_1"}, "--cluster-id:"},
+		{"a clusterset range that is not a CIDR", []string{"--clusterset-cidrs=243.0.0.0"}, "--clusterset-cidrs:"},
+		{"two IPv4 clusterset ranges", []string{"--clusterset-cidrs=243.0.0.0/8,244.0.0.0/8"}, "--clusterset-cidrs:"},
+		{"a VIP block outside the clusterset range", []string{"--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs:"},
+		{"a block size that does not fit", []string{"--vip-block-bits-ipv4=4"}, "--vip-block-bits-ipv4:"},
+		{"a denied namespace that is not a namespace name", []string{"--import-namespace-denylist=kube-system,Kube_Public"}, "--import-namespace-denylist:"},
+		{"no room for a single service per cluster", []string{"--max-services-per-cluster=0"}, "--max-services-per-cluster:"},
+		{"a grace shorter than the TTL", []string{"--gone-cluster-grace=1s"}, "--gone-cluster-grace:"},
+		{"a TTL shorter than the renewal cadence", []string{"--lease-duration=10s", "--cluster-ttl=2s"}, "--cluster-ttl:"},
+		{"a renew deadline past the lease", []string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline:"},
+		{"a DNS address without a port", []string{"--dns-listen=127.0.0.1"}, "--dns-listen:"},
+		{"a DNS TTL out of range", []string{"--dns-ttl=0s"}, "--dns-ttl:"},
+		{"a DNS reverse range that is not a CIDR", []string{"--dns-reverse-cidrs=10.0.0.0"}, "--dns-reverse-cidrs:"},
+		{"a DNS reverse range wider than a zone", []string{"--dns-reverse-cidrs=0.0.0.0/4"}, "--dns-reverse-cidrs:"},
+		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families:"},
+		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark:"},
+		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs:"},
+		{"an unknown proxier mode", []string{"--proxier-mode=ipvs"}, "--proxier-mode:"},
+		{"a sync period shorter than the minimum", []string{"--proxier-min-sync-period=10s", "--proxier-sync-period=1s"}, "--proxier-sync-period:"},
+		{"a network namespace that does not exist", []string{"--netns=/run/netns/nonexistent-mcsd"}, "--netns:"},
+		{"a metrics address without a port", []string{"--metrics-address=localhost"}, "--metrics-address:"},
+		{"a number that is not one", []string{"--kube-api-qps=many"}, `"--kube-api-qps"`},
+		{"a duration without a unit", []string{"--lease-duration=10"}, `"--lease-duration"`},
+		{"a boolean that is not one", []string{"--leader-elect=maybe"}, `"--leader-elect"`},
+		{"an unknown flag", []string{"--cluster-name=east"}, "unknown flag: --cluster-name"},
+		{"an unknown log format", []string{"--logging-format=xml"}, "--logging-format:"},
+		{"a log flush frequency of zero", []string{"--log-flush-frequency=0s"}, "--log-flush-frequency:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(t, append(append([]string{}, base...), tc.args...)...)
 			if err == nil {
 				t.Fatalf("%v accepted", tc.args)
 			}
-			if !strings.Contains(err.Error(), tc.flag+":") {
+			if !strings.Contains(err.Error(), tc.flag) {
 				t.Fatalf("error does not name %s: %v", tc.flag, err)
 			}
 		})
@@ -115,4 +120,86 @@ func TestGoodFlags(t *testing.T) {
 			t.Fatalf("parsed %+v", o)
 		}
 	})
+}
+
+func TestFlagSpelling(t *testing.T) {
+	t.Run("the flags the test harness and the DaemonSet pass still parse", func(t *testing.T) {
+		dir := t.TempDir()
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		if err := os.WriteFile(kubeconfig, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o, err := parse(t, "--kubeconfig="+kubeconfig, "--broker-kubeconfig="+kubeconfig, "--broker-namespace=mcsd-broker",
+			"--cluster-id=east", "--netns="+dir, "--node-name=node-1", "--dns-listen=[::1]:5353", "--pod-cidrs=10.244.0.0/16",
+			"--ip-families=IPv4", "--health-address=127.0.0.1:9091", "--metrics-address=127.0.0.1:9090",
+			"--lease-duration=3s", "--cluster-ttl=6s", "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
+			"--leader-elect-retry-period=500ms", "--proxier-min-sync-period=100ms", "--v=2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.clusterID != "east" || o.leaseDuration.Seconds() != 3 || o.logs.Verbosity != 2 || o.nodeName != "node-1" {
+			t.Fatalf("parsed %+v", o)
+		}
+	})
+	t.Run("a value may follow its flag, and -v is its shorthand", func(t *testing.T) {
+		o, err := parse(t, "--components", "dns", "--cluster-id", "west", "-v", "4", "--masquerade-all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.clusterID != "west" || o.logs.Verbosity != 4 || !o.masqAll {
+			t.Fatalf("parsed %+v", o)
+		}
+	})
+	t.Run("underscores stand for dashes, as in Kubernetes components", func(t *testing.T) {
+		o, err := parse(t, "--components=dns", "--cluster_id=west")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.clusterID != "west" {
+			t.Fatalf("cluster ID %q", o.clusterID)
+		}
+	})
+	t.Run("Go's single-dash long flags are refused, naming the flag", func(t *testing.T) {
+		_, err := parse(t, "-cluster-id=west")
+		if err == nil || !strings.Contains(err.Error(), "-cluster-id=west") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestHelpGroupsEveryFlag(t *testing.T) {
+	o := &options{}
+	fs, nfs, _ := o.flagSets()
+	var out bytes.Buffer
+	printUsage(&out, nfs)
+	help := out.String()
+	// Each group's heading comes before the flags of the next one.
+	last := -1
+	for _, group := range []string{"General", "Connection", "Cluster identity", "ClusterSetIP", "Controllers", "DNS", "Proxier", "Observability", "Logging"} {
+		at := strings.Index(help, "\n"+group+" flags:\n")
+		if at <= last {
+			t.Fatalf("group %q missing or out of order in:\n%s", group, help)
+		}
+		last = at
+	}
+	n := 0
+	fs.VisitAll(func(f *pflag.Flag) {
+		n++
+		if !strings.Contains(help, "--"+f.Name+" ") {
+			t.Errorf("--%s is not in --help", f.Name)
+		}
+	})
+	if n < 55 {
+		t.Fatalf("only %d flags registered", n)
+	}
+	for flag, group := range map[string]string{"--broker-secret": "Connection", "--proxier-mode": "Proxier", "--vmodule": "Logging", "--health-address": "Observability", "--version": "General"} {
+		heading := "\n" + group + " flags:\n"
+		section := help[strings.Index(help, heading)+len(heading):]
+		if next := strings.Index(section, " flags:\n"); next > 0 {
+			section = section[:next]
+		}
+		if !strings.Contains(section, flag+" ") {
+			t.Errorf("%s is not in the %s group", flag, group)
+		}
+	}
 }

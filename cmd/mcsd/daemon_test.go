@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/harness"
+)
+
+// stampedVersion is what the test stamps into the daemon it runs, as the
+// Makefile does with git describe.
+const stampedVersion = "v9.8.7-test"
+
+// buildStamped builds the daemon with -ldflags -X as the Makefile and the
+// Dockerfile do, and makes the fixture run it.
+func buildStamped(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mcsd")
+	pkg := "github.com/mcsd-io/mcsd/internal/version"
+	cmd := exec.Command("go", "build", "-ldflags", "-X "+pkg+".version="+stampedVersion+" -X "+pkg+".revision=0123abcd", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building mcsd: %v\n%s", err, out)
+	}
+	t.Setenv("MCSD_BINARY", bin)
+	return bin
+}
+
+// A running daemon says which build it is, exposes what client-go does and
+// serves the named health checks of the components it runs.
+func TestRunningDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs API servers and a node network namespace")
+	}
+	bin := buildStamped(t)
+	t.Run("--version prints the stamped version, the commit and the Go version", func(t *testing.T) {
+		out, err := exec.Command(bin, "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		for _, want := range []string{stampedVersion, "0123abcd", runtime.Version()} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("--version printed %q, without %q", out, want)
+			}
+		}
+	})
+
+	cs := harness.Start(t, harness.Options{Clusters: 1})
+	m := fixture.Join(t, cs)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	node, err := m.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{})
+
+	get := func(ctx context.Context, url string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+
+	t.Run("/metrics has the build, client-go's queues and requests, and the leader", func(t *testing.T) {
+		wantSamples := map[string]*regexp.Regexp{
+			"build info": regexp.MustCompile(`(?m)^mcsd_build_info\{goversion="` + regexp.QuoteMeta(runtime.Version()) +
+				`",revision="0123abcd",version="` + regexp.QuoteMeta(stampedVersion) + `"\} 1$`),
+			"exporter queue adds":   regexp.MustCompile(`(?m)^workqueue_adds_total\{name="exporter"\} [0-9]`),
+			"importer queue depth":  regexp.MustCompile(`(?m)^workqueue_depth\{name="importer"\} [0-9]`),
+			"queue work durations":  regexp.MustCompile(`(?m)^workqueue_work_duration_seconds_count\{name="importer-clusters"\} [1-9]`),
+			"API requests":          regexp.MustCompile(`(?m)^rest_client_requests_total\{code="200",host="[^"]+",method="GET"\} [1-9]`),
+			"API request latencies": regexp.MustCompile(`(?m)^rest_client_request_duration_seconds_count\{host="[^"]+",verb="GET"\} [1-9]`),
+			"leadership":            regexp.MustCompile(`(?m)^leader_election_master_status\{name="mcsd-controllers"\} 1$`),
+		}
+		var body string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			code, b, err := get(ctx, d.Metrics)
+			if err != nil || code != http.StatusOK {
+				return false, nil
+			}
+			body = b
+			for _, re := range wantSamples {
+				if !re.MatchString(body) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			for what, re := range wantSamples {
+				if !re.MatchString(body) {
+					t.Errorf("no sample of %s (%s)", what, re)
+				}
+			}
+			t.Fatalf("/metrics:\n%s", grepLines(body, "mcsd_build_info", "workqueue_", "rest_client_requests_total", "leader_election"))
+		}
+	})
+	t.Run("/readyz names a check per running component, each reachable on its own", func(t *testing.T) {
+		code, body, err := get(ctx, d.Health+"/readyz?verbose")
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("/readyz?verbose: %d %v\n%s", code, err, body)
+		}
+		for _, check := range []string{"proxier-sync", "dns-synced", "proxier-synced", "exporter-synced", "importer-synced"} {
+			if !strings.Contains(body, "[+]"+check+" ok") {
+				t.Errorf("/readyz?verbose does not pass %s:\n%s", check, body)
+			}
+			if code, body, err := get(ctx, d.Health+"/readyz/"+check); err != nil || code != http.StatusOK {
+				t.Errorf("/readyz/%s: %d %v %s", check, code, err, body)
+			}
+		}
+		for _, path := range []string{"/livez", "/healthz/proxier-sync"} {
+			if code, body, err := get(ctx, d.Health+path); err != nil || code != http.StatusOK {
+				t.Errorf("%s: %d %v %s", path, code, err, body)
+			}
+		}
+	})
+}
+
+// grepLines are the lines of text that start with one of prefixes.
+func grepLines(text string, prefixes ...string) string {
+	var out strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				fmt.Fprintln(&out, line)
+				break
+			}
+		}
+	}
+	return out.String()
+}
