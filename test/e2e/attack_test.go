@@ -429,7 +429,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		return "importers (VIP not in a block the writer owns)"
+		return "importers (an address cluster1 owns and gives another service)"
 	})
 	run("publish a VIP in nobody's block of the clusterset range", func(t *testing.T) string {
 		stray := "243.254.0.7"
@@ -452,7 +452,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		if err := metricReaches(ctx, s.daemons[1], "mcsd_importer_rejected_clustersetips_total", `reason="ClusterSetIPNotOwned"`, 2); err != nil {
 			t.Error(err)
 		}
-		return "importers (VIP not in a block the writer owns)"
+		return "importers (an address in no claimed block)"
 	})
 	run("export web.attack too, claiming an export from 1970, ClientIP affinity and its own VIP", func(t *testing.T) string {
 		// The oldest export decides affinity and the VIP; ports would be
