@@ -86,7 +86,6 @@ type run struct {
 	opts       Options
 	checks     []Check
 	id         string
-	brokerCfg  *rest.Config
 	brokerKube kubernetes.Interface
 	namespace  string
 	snapshot   *status.Snapshot
@@ -118,10 +117,16 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 	if r.credentials(ctx) {
 		r.identity(ctx)
 		r.writes(ctx)
-		r.declaration()
-		r.blocks()
-		r.clocks()
-		r.cidrs(ctx)
+		if r.snapshot != nil {
+			r.declaration()
+			r.blocks()
+			r.clocks()
+			r.cidrs(ctx)
+		} else {
+			for _, n := range []string{"declaration", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+				r.skip(n, "the broker cannot be read")
+			}
+		}
 	}
 	r.coreDNS(ctx)
 	return r.checks, nil
@@ -232,7 +237,6 @@ func (r *run) credentials(ctx context.Context) bool {
 	r.namespace = cmpOr(r.opts.BrokerNamespace, ns, broker.DefaultNamespace)
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 15 * time.Second
-	r.brokerCfg = cfg
 	if r.brokerKube, err = kubernetes.NewForConfig(cfg); err != nil {
 		r.add(name, Fail, err.Error(), "")
 		return false
@@ -244,12 +248,13 @@ func (r *run) credentials(ctx context.Context) bool {
 	}
 	r.snapshot, err = status.Read(ctx, r.brokerKube, mcs, r.namespace)
 	if err != nil {
-		r.add(name, Fail, fmt.Sprintf("%s, with the member's credentials: %v", cfg.Host, err),
-			"check that the member reaches the broker's URL in its Secret "+membership.SecretNamespace+"/"+membership.SecretName+" and that its identity exists there (kubectl mcs join again)")
-		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
-			r.skip(n, "the broker cannot be read")
+		fix := "check that the member reaches the broker's URL in its Secret " + membership.SecretNamespace + "/" + membership.SecretName + " and that its identity exists there (kubectl mcs join again)"
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			fix = "the broker refuses the member's identity: join again (kubectl mcs join) to restore its ServiceAccount cluster-" + r.id + " and RoleBinding mcsd-member-" + r.id
 		}
-		return false
+		r.add(name, Fail, fmt.Sprintf("%s, with the member's credentials: %v", cfg.Host, err), fix)
+		r.snapshot = nil
+		return true
 	}
 	r.add(name, Pass, cfg.Host+", namespace "+r.namespace+", with the member's own credentials", "")
 	return true
@@ -296,10 +301,12 @@ func (r *run) writes(ctx context.Context) {
 		r.add("writes own records", Fail, "a dry-run create of its own Lease failed: "+err.Error(), "")
 	}
 	other := "mcsd-diagnose-probe"
-	for _, d := range r.snapshot.Declarations {
-		if d.Cluster != r.id {
-			other = d.Cluster
-			break
+	if r.snapshot != nil {
+		for _, d := range r.snapshot.Declarations {
+			if d.Cluster != r.id {
+				other = d.Cluster
+				break
+			}
 		}
 	}
 	_, err = leases.Create(ctx, lease(other), dry)
@@ -417,9 +424,9 @@ func (r *run) cidrs(ctx context.Context) {
 		}
 	}
 	services, err := r.kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
-	checked := "declared pod CIDRs"
+	checked := "the clusters' declared pod CIDRs"
 	if err == nil {
-		checked += " and this cluster's service CIDRs"
+		checked += ", this cluster's service CIDRs"
 		for _, s := range services.Items {
 			for _, c := range s.Spec.CIDRs {
 				if p, err := netip.ParsePrefix(c); err == nil {
@@ -441,7 +448,7 @@ func (r *run) cidrs(ctx context.Context) {
 			"clusters must have distinct pod and service ranges: the broker refuses endpoints outside each member's declaration, and importers cannot tell overlapping addresses apart; fix the declaration with kubectl mcs join --pod-cidrs")
 		return
 	}
-	r.add(name, Pass, fmt.Sprintf("no overlap among %d %s", len(all), checked), "")
+	r.add(name, Pass, fmt.Sprintf("no overlap among %d ranges (%s)", len(all), checked), "")
 }
 
 // coreDNS checks that the Corefile in kube-system/coredns forwards

@@ -256,11 +256,11 @@ func ReadService(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.I
 				if r.Namespace != namespace || r.Name != name {
 					continue
 				}
-				v, _ := res.Verdict(r.Cluster)
-				out.Exporters = append(out.Exporters, Exporter{
-					Cluster: r.Cluster, Precedence: res.Oldest == r.Cluster,
-					InService: slices.Contains(res.Clusters, r.Cluster), VIPs: r.VIPs, Conflict: v.Reason(),
-				})
+				e := Exporter{Cluster: r.Cluster, Precedence: res.Oldest == r.Cluster, InService: slices.Contains(res.Clusters, r.Cluster), VIPs: r.VIPs}
+				if v, _ := res.Verdict(r.Cluster); v.Conflict() {
+					e.Conflict = v.Reason()
+				}
+				out.Exporters = append(out.Exporters, e)
 			}
 			slices.SortFunc(out.Exporters, func(a, b Exporter) int { return cmp.Compare(a.Cluster, b.Cluster) })
 		}
@@ -279,14 +279,14 @@ func ReadService(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.I
 	case !isNotFound(err):
 		return nil, fmt.Errorf("reading ServiceImport %s/%s: %w", namespace, name, err)
 	}
-	slices, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+	list, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name + "," + mcsv1beta1.LabelSourceCluster,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the MCS EndpointSlices of %s/%s: %w", namespace, name, err)
 	}
 	byCluster := map[string]*Endpoints{}
-	for _, sl := range slices.Items {
+	for _, sl := range list.Items {
 		id := sl.Labels[mcsv1beta1.LabelSourceCluster]
 		e, ok := byCluster[id]
 		if !ok {
