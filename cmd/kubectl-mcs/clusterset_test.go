@@ -1,9 +1,12 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -279,6 +282,41 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		t.Logf("kubectl mcs diagnose --context cluster2:\n%s", table)
 	})
 
+	t.Run("gather", func(t *testing.T) {
+		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
+		path := filepath.Join(t.TempDir(), "gather.tar.gz")
+		mcs.must(ctx, "gather", "--context", "cluster1", "--output", path)
+		files := readArchive(t, path)
+		token, err := cs.Broker.Kube.CoreV1().Secrets(broker.DefaultNamespace).Get(ctx, broker.ServiceAccountName(id1)+"-token", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for file, data := range files {
+			if bytes.Contains(data, token.Data[corev1.ServiceAccountTokenKey]) || strings.Contains(string(data), "kind: Secret") {
+				t.Errorf("%s holds a Secret or the broker token", file)
+			}
+		}
+		for file, want := range map[string]string{
+			"member/serviceimports.yaml":                "name: " + name,
+			"member/endpointslices-mcs.yaml":            "multicluster.kubernetes.io/source-cluster: " + id2,
+			"member/serviceexports.yaml":                "items: []",
+			"broker/leases.yaml":                        "name: cluster-" + id1,
+			"broker/configmaps.yaml":                    "name: " + broker.DeclarationName(id1),
+			"broker/clusters.yaml":                      "id: " + id2,
+			"member/kube-system/coredns-configmap.yaml": "clusterset.local",
+		} {
+			if !strings.Contains(string(files[file]), want) {
+				t.Errorf("%s lacks %q:\n%s", file, want, files[file])
+			}
+		}
+		if strings.Contains(string(files["broker/configmaps.yaml"]), broker.DeclarationName(id2)) {
+			t.Error("gather took another cluster's records")
+		}
+		if e, ok := files["errors.txt"]; ok {
+			t.Logf("errors.txt:\n%s", e)
+		}
+	})
+
 	t.Run("overlapping pod CIDRs", func(t *testing.T) {
 		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
 		overlap := netip.PrefixFrom(c1.PodCIDR.Addr(), 24)
@@ -454,5 +492,35 @@ func configureCoreDNS(ctx context.Context, t *testing.T, c *harness.Cluster) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns"}, Data: map[string]string{"Corefile": corefile}}
 	if _, err := c.Kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readArchive returns the files of a tar.gz by name.
+func readArchive(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = data
 	}
 }
