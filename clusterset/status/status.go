@@ -109,8 +109,9 @@ type Cluster struct {
 	State string `json:"state"`
 	// RenewTime is the Lease's renewTime, as the cluster wrote it on its
 	// own clock; LeaseAge is the reader's clock minus it.
-	RenewTime *time.Time    `json:"renewTime,omitempty"`
-	LeaseAge  time.Duration `json:"leaseAge,omitempty"`
+	RenewTime       *time.Time    `json:"renewTime,omitempty"`
+	LeaseAge        time.Duration `json:"-"`
+	LeaseAgeSeconds float64       `json:"leaseAgeSeconds,omitempty"`
 	// Exports counts the cluster's export records; Invalid those that do
 	// not decode.
 	Exports int `json:"exports"`
@@ -124,9 +125,8 @@ type Cluster struct {
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
 	// Blocks are the ClusterSetIP blocks the cluster owns.
 	Blocks []string `json:"clusterSetIPBlocks,omitempty"`
-	// Version is mcsd's version in the cluster: neither the Lease nor the
-	// records carry it yet, so it is always empty.
-	Version string `json:"version,omitempty"`
+	// mcsd's version in the cluster is not known: neither the Lease nor
+	// the records carry it.
 }
 
 // Clusters lists every cluster that has a Lease, a declaration, a claim or
@@ -150,6 +150,7 @@ func (s *Snapshot) Clusters(ttl time.Duration) []Cluster {
 		t := l.Spec.RenewTime.Time
 		c.RenewTime = &t
 		c.LeaseAge = s.Read.Sub(t)
+		c.LeaseAgeSeconds = c.LeaseAge.Seconds()
 		c.State = Alive
 		if c.LeaseAge > ttl {
 			c.State = Dead

@@ -403,6 +403,25 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("leave", func(t *testing.T) {
+		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
+		mcs.must(ctx, "leave", "--broker-context", "broker", "--context", "cluster2")
+		if _, ok := mcs.status(ctx, "--context", "cluster1")[id2]; ok {
+			t.Error("status still lists cluster2")
+		}
+		records, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil || len(records.Items) != 0 {
+			t.Errorf("records left on the broker: %v, %v", records, err)
+		}
+		if _, _, err := membership.BrokerConfig(ctx, c2.Kube); err != membership.ErrNoSecret {
+			t.Errorf("the broker Secret of cluster2 after it left: %v", err)
+		}
+		checks, fail := mcs.diagnose(ctx, "cluster2")
+		if c := checks["broker reachable"]; !fail || c.Result != diagnose.Fail || !strings.Contains(c.Fix, "kubectl mcs join") {
+			t.Errorf("diagnose of a cluster that left: %+v", c)
+		}
+	})
 }
 
 // member is the fixture's view of a joined cluster, with the broker
