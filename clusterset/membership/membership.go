@@ -229,10 +229,12 @@ func brokerCA(ctx context.Context, kube kubernetes.Interface, namespace, id stri
 	if ca := s.Data[corev1.ServiceAccountRootCAKey]; len(ca) > 0 {
 		return ca, nil
 	}
-	if len(admin.CAData) > 0 {
-		return admin.CAData, nil
+	cfg := rest.CopyConfig(admin)
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("reading the broker's CA from the administrator's configuration: %w", err)
 	}
-	return nil, nil
+	// Empty: the broker's certificate is signed by a CA the system trusts.
+	return cfg.CAData, nil
 }
 
 // Kubeconfig is a kubeconfig of one context "broker" for the member

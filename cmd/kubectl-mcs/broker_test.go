@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/manifests"
 )
 
 // broker install --print writes what broker.Install applies: the settings
@@ -63,5 +65,32 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 	}
 	if kinds["Namespace"] != 1 || kinds["ConfigMap"] != 1 || kinds["ResourceQuota"] != 1 || kinds["Binding"] != 2 {
 		t.Errorf("printed %v", kinds)
+	}
+}
+
+// Without flags, --print writes the settings the shipped manifests hold,
+// which are broker's defaults.
+func TestBrokerInstallPrintsTheShippedDefaults(t *testing.T) {
+	var out bytes.Buffer
+	if err := printBroker(&out, withDefaults(broker.Settings{}), false); err != nil {
+		t.Fatal(err)
+	}
+	printed, err := decodeAll(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := manifests.Broker.ReadFile("broker/settings.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := decodeAll(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := shipped[0].(*corev1.ConfigMap).Data
+	for _, obj := range printed {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && !maps.Equal(cm.Data, want) {
+			t.Errorf("printed default settings %v, shipped %v", cm.Data, want)
+		}
 	}
 }
