@@ -62,6 +62,9 @@ type Options struct {
 	// MaxClockSkew is how far a cluster's clock may be from the broker's
 	// (default 5 s, what importers allow on first sight of a Lease).
 	MaxClockSkew time.Duration
+	// ClusterTTL is how old the member's Lease may be before importers
+	// count it dead (default status.DefaultClusterTTL).
+	ClusterTTL time.Duration
 }
 
 // DefaultMaxClockSkew is importers' allowance for clock skew between
@@ -107,6 +110,9 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 	if opts.MaxClockSkew <= 0 {
 		opts.MaxClockSkew = DefaultMaxClockSkew
 	}
+	if opts.ClusterTTL <= 0 {
+		opts.ClusterTTL = status.DefaultClusterTTL
+	}
 	kube, err := kubernetes.NewForConfig(member)
 	if err != nil {
 		return nil, err
@@ -119,11 +125,12 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 		r.writes(ctx)
 		if r.snapshot != nil {
 			r.declaration()
+			r.heartbeat()
 			r.blocks()
 			r.clocks()
 			r.cidrs(ctx)
 		} else {
-			for _, n := range []string{"declaration", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+			for _, n := range []string{"declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
 				r.skip(n, "the broker cannot be read")
 			}
 		}
@@ -229,7 +236,7 @@ func (r *run) credentials(ctx context.Context) bool {
 	cfg, ns, err := membership.BrokerConfig(ctx, r.kube)
 	if err != nil {
 		r.add(name, Fail, err.Error(), "join the cluster: kubectl mcs join --broker-context BROKER --context MEMBER --pod-cidrs ...")
-		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
 			r.skip(n, "no broker credentials")
 		}
 		return false
@@ -336,6 +343,28 @@ func (r *run) declaration() {
 	}
 	r.add(name, Fail, "the broker has no declaration "+broker.DeclarationName(r.id)+": its endpoints are refused",
 		"join again: kubectl mcs join --pod-cidrs ...")
+}
+
+// heartbeat checks that the member's Lease on the broker is renewed within
+// the TTL, as importers judge it (on this machine's clock here).
+func (r *run) heartbeat() {
+	const name = "heartbeat"
+	fix := "mcsd renews the Lease " + record.LeaseName(r.id) + " on the broker: check that it runs (kubectl -n mcsd-system get pods), reaches the broker, and its logs"
+	for _, c := range r.snapshot.Clusters(r.opts.ClusterTTL) {
+		if c.ID != r.id {
+			continue
+		}
+		switch c.State {
+		case status.Alive:
+			r.add(name, Pass, fmt.Sprintf("Lease %s renewed %s ago", record.LeaseName(r.id), c.LeaseAge.Round(100*time.Millisecond)), "")
+		case status.Dead:
+			r.add(name, Fail, fmt.Sprintf("Lease %s not renewed for %s (more than %s): other clusters drop this cluster's endpoints", record.LeaseName(r.id), c.LeaseAge.Round(time.Second), r.opts.ClusterTTL), fix)
+		default:
+			r.add(name, Fail, "no Lease "+record.LeaseName(r.id)+" on the broker: other clusters do not import this cluster's endpoints", fix)
+		}
+		return
+	}
+	r.add(name, Fail, "no Lease "+record.LeaseName(r.id)+" on the broker: other clusters do not import this cluster's endpoints", fix)
 }
 
 func (r *run) blocks() {

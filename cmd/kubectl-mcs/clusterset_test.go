@@ -105,9 +105,9 @@ func (c cli) status(ctx context.Context, args ...string) map[string]status.Clust
 
 // diagnose runs diagnose -o json for a member and returns its checks by
 // name and whether the command failed.
-func (c cli) diagnose(ctx context.Context, member string) (map[string]diagnose.Check, bool) {
+func (c cli) diagnose(ctx context.Context, member string, args ...string) (map[string]diagnose.Check, bool) {
 	c.t.Helper()
-	out, errOut, err := c.run(ctx, "diagnose", "-o", "json", "--context", member)
+	out, errOut, err := c.run(ctx, append([]string{"diagnose", "-o", "json", "--context", member}, args...)...)
 	var checks []diagnose.Check
 	if jerr := json.Unmarshal([]byte(out), &checks); jerr != nil {
 		c.t.Fatalf("diagnose %s: %v, %v\n%s%s", member, err, jerr, out, errOut)
@@ -396,6 +396,10 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			clusters := mcs.status(ctx, "--cluster-ttl", "3s")
 			return clusters[id2].State == status.Dead && clusters[id1].State == status.Alive
 		})
+		checks, fail := mcs.diagnose(ctx, "cluster2", "--cluster-ttl", "3s")
+		if c := checks["heartbeat"]; !fail || c.Result != diagnose.Fail || !strings.Contains(c.Detail, "not renewed") || c.Fix == "" {
+			t.Errorf("heartbeat of the dead cluster: %+v", c)
+		}
 		table := mcs.must(ctx, "status", "--cluster-ttl", "3s")
 		for _, line := range strings.Split(table, "\n") {
 			if strings.HasPrefix(line, id2+" ") && !strings.Contains(line, status.Dead) {

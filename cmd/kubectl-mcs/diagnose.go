@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcsd-io/mcsd/clusterset/diagnose"
+	"github.com/mcsd-io/mcsd/clusterset/status"
 )
 
 type diagnoseOptions struct {
@@ -15,6 +16,7 @@ type diagnoseOptions struct {
 	clusterID string
 	brokerNS  string
 	skew      time.Duration
+	ttl       time.Duration
 }
 
 func newDiagnoseCmd(g *globals) *cobra.Command {
@@ -26,7 +28,7 @@ func newDiagnoseCmd(g *globals) *cobra.Command {
 its cluster ID and the rule that keeps it unchanged, its broker credentials
 (the Secret mcsd-system/mcsd-broker) and what the broker lets them do (a
 dry-run write of its own Lease must pass, one of another cluster's must be
-refused), its declaration, its ClusterSetIP blocks, clock skew against the
+refused), its declaration, its heartbeat Lease, its ClusterSetIP blocks, clock skew against the
 broker, overlapping CIDRs across the clusters' declarations, and CoreDNS
 forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
 		Args: cobra.NoArgs,
@@ -40,7 +42,7 @@ forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			checks, err := diagnose.Run(ctx, cfg, diagnose.Options{ClusterID: o.clusterID, BrokerNamespace: o.brokerNS, MaxClockSkew: o.skew})
+			checks, err := diagnose.Run(ctx, cfg, diagnose.Options{ClusterID: o.clusterID, BrokerNamespace: o.brokerNS, MaxClockSkew: o.skew, ClusterTTL: o.ttl})
 			if err != nil {
 				return err
 			}
@@ -70,5 +72,6 @@ forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID (default: resolved as mcsd does)")
 	f.StringVar(&o.brokerNS, "broker-namespace", "", "the broker namespace (default: that of the member's broker kubeconfig)")
 	f.DurationVar(&o.skew, "max-clock-skew", diagnose.DefaultMaxClockSkew, "the clock skew allowed between a cluster and the broker")
+	f.DurationVar(&o.ttl, "cluster-ttl", status.DefaultClusterTTL, "how old the member's Lease may be (as mcsd's --cluster-ttl)")
 	return cmd
 }
