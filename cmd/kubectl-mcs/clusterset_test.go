@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -364,6 +365,48 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			checks, fail := mcs.diagnose(ctx, "cluster1")
 			return !fail && len(failed(checks)) == 0
 		})
+	})
+
+	t.Run("admission policy not enforced", func(t *testing.T) {
+		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
+		if err := cs.Broker.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, broker.SourceClusterPolicy, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var checks map[string]diagnose.Check
+		eventually(ctx, t, "diagnose sees another cluster's Lease accepted", func() bool {
+			checks, _ = mcs.diagnose(ctx, "cluster1")
+			return checks["others' records refused"].Result == diagnose.Fail
+		})
+		if c := checks["others' records refused"]; !strings.Contains(c.Fix, "broker install") {
+			t.Errorf("others' records refused: %+v", c)
+		}
+		mcs.must(ctx, "broker", "install", "--broker-context", "broker", "--skip-crds")
+		if checks, _ := mcs.diagnose(ctx, "cluster1"); checks["others' records refused"].Result != diagnose.Pass {
+			t.Errorf("after broker install: %+v", checks["others' records refused"])
+		}
+	})
+
+	t.Run("clock skew", func(t *testing.T) {
+		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
+		// A cluster whose clock is 30 s ahead of the broker's.
+		skewed := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-skewed", Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "skewed"}},
+			Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now().Add(30 * time.Second)}},
+		}
+		leases := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace)
+		if _, err := leases.Create(ctx, skewed, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		checks, fail := mcs.diagnose(ctx, "cluster1")
+		if c := checks["clock skew"]; !fail || c.Result != diagnose.Fail || !strings.Contains(c.Detail, "skewed is 3") || c.Fix == "" {
+			t.Errorf("clock skew: %+v", c)
+		}
+		if err := leases.Delete(ctx, skewed.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if checks, _ := mcs.diagnose(ctx, "cluster1"); checks["clock skew"].Result != diagnose.Pass {
+			t.Errorf("clock skew without the skewed Lease: %+v", checks["clock skew"])
+		}
 	})
 
 	t.Run("a missing CRD", func(t *testing.T) {
