@@ -2,6 +2,7 @@
 # and an nftables data plane for ClusterSetIPs.
 #
 #   make demo       start a broker and two clusters on this machine (root)
+#   make kubectl-mcs    the operator's CLI, bin/kubectl-mcs (kubectl mcs once on PATH)
 #   make test       every test: unit, real API servers, real kernel (root)
 #   make test-unit  fast tests only: no root, no harness
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
@@ -46,6 +47,12 @@ build:
 	$(GO) build ./...
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/mcsd ./cmd/mcsd
 	$(GO) build -o bin/clusterset ./test/cmd/clusterset
+
+# The operator's CLI: a kubectl plugin (kubectl mcs ...) once bin/ is on
+# PATH, or run on its own.
+.PHONY: kubectl-mcs
+kubectl-mcs:
+	$(GO) build -o bin/kubectl-mcs ./cmd/kubectl-mcs
 
 # The Kubernetes components the harness runs; built once per version.
 harness-binaries:

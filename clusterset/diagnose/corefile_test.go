@@ -1,0 +1,48 @@
+package diagnose
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestForwardsOfFindsTheClustersetServerBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name, corefile string
+		want           []string
+		found          bool
+	}{{
+		name: "the shipped snippet after the default block",
+		corefile: `.:53 {
+    errors
+    forward . /etc/resolv.conf {
+       max_concurrent 1000
+    }
+}
+clusterset.local 243.in-addr.arpa 4.6.3.7.3.6.d.6.a.7.d.f.ip6.arpa {
+    errors
+    cache 5
+    forward . 10.96.0.53
+}
+`,
+		want: []string{"10.96.0.53"}, found: true,
+	}, {
+		name:     "a port and a trailing dot, several upstreams",
+		corefile: "clusterset.local.:53 {\n  forward . dns://10.0.0.1:53 10.0.0.2 # two\n}\n",
+		want:     []string{"dns://10.0.0.1:53", "10.0.0.2"}, found: true,
+	}, {
+		name:     "a forward only in another zone",
+		corefile: ".:53 {\n  forward . 10.0.0.1\n}\nexample.com {\n  forward . 10.0.0.9\n}\n",
+		found:    false,
+	}, {
+		name:     "commented out",
+		corefile: "# clusterset.local {\n#   forward . 10.0.0.1\n# }\n",
+		found:    false,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found := forwardsOf(tc.corefile, "clusterset.local")
+			if found != tc.found || !slices.Equal(got, tc.want) {
+				t.Errorf("forwardsOf = %v, %v; want %v, %v", got, found, tc.want, tc.found)
+			}
+		})
+	}
+}

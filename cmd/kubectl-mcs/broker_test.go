@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"maps"
+	"net/netip"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/manifests"
+)
+
+// broker install --print writes what broker.Install applies: the settings
+// ConfigMap reads back as the settings given, and every object is in the
+// broker namespace asked for.
+func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRoot(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root.SetArgs([]string{"broker", "install", "--print", "--skip-crds", "--broker-namespace", "mcs",
+		"--clusterset-cidrs", "10.250.0.0/16,fd00:250::/48", "--block-bits-ipv4", "24", "--member-budget", "10,40,3,1"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	objs, err := decodeAll(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := broker.Settings{
+		Namespace:        "mcs",
+		ClusterSetCIDRv4: netip.MustParsePrefix("10.250.0.0/16"), ClusterSetCIDRv6: netip.MustParsePrefix("fd00:250::/48"),
+		BlockBitsV4: 24, BlockBitsV6: 64,
+		MemberBudget: broker.Budget{ServiceImports: 10, EndpointSlices: 40, ConfigMaps: 3, Leases: 1},
+	}
+	kinds := map[string]int{}
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			kinds["Namespace"]++
+			if o.Name != "mcs" {
+				t.Errorf("namespace %s", o.Name)
+			}
+		case *corev1.ConfigMap:
+			kinds["ConfigMap"]++
+			got, err := broker.ParseSettings(o)
+			if err != nil || got != want {
+				t.Errorf("printed settings read back as %+v (%v), want %+v", got, err, want)
+			}
+		case *corev1.ResourceQuota:
+			kinds["ResourceQuota"]++
+			if q := o.Spec.Hard["count/endpointslices.discovery.k8s.io"]; o.Namespace != "mcs" || q.Value() != 40 {
+				t.Errorf("quota %s/%s: %v", o.Namespace, o.Name, o.Spec.Hard)
+			}
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			kinds["Binding"]++
+			if o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "mcs" ||
+				(o.Spec.ParamRef != nil && o.Spec.ParamRef.Namespace != "mcs") {
+				t.Errorf("binding %s does not select namespace mcs: %+v", o.Name, o.Spec)
+			}
+		}
+	}
+	if kinds["Namespace"] != 1 || kinds["ConfigMap"] != 1 || kinds["ResourceQuota"] != 1 || kinds["Binding"] != 2 {
+		t.Errorf("printed %v", kinds)
+	}
+}
+
+// Without flags, --print writes the settings the shipped manifests hold,
+// which are broker's defaults.
+func TestBrokerInstallPrintsTheShippedDefaults(t *testing.T) {
+	var out bytes.Buffer
+	if err := printBroker(&out, withDefaults(broker.Settings{}), false); err != nil {
+		t.Fatal(err)
+	}
+	printed, err := decodeAll(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := manifests.Broker.ReadFile("broker/settings.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := decodeAll(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := shipped[0].(*corev1.ConfigMap).Data
+	for _, obj := range printed {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && !maps.Equal(cm.Data, want) {
+			t.Errorf("printed default settings %v, shipped %v", cm.Data, want)
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clusterset/membership"
+	"github.com/mcsd-io/mcsd/clusterset/status"
+)
+
+func clients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	return kube, dyn, err
+}
+
+// brokerFlags say how to reach the broker for reading.
+type brokerFlags struct {
+	namespace string
+}
+
+func (b *brokerFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.namespace, "broker-namespace", "", "the broker namespace (default: the namespace of the member's broker kubeconfig, else "+broker.DefaultNamespace+")")
+}
+
+// snapshot reads the broker: as its administrator with --broker-context,
+// else with the member's own broker credentials.
+func (b *brokerFlags) snapshot(ctx context.Context, g *globals) (*status.Snapshot, error) {
+	cfg, err := g.brokerConfig()
+	if err != nil {
+		return nil, err
+	}
+	ns := b.namespace
+	if cfg == nil {
+		member, err := g.memberConfig("")
+		if err != nil {
+			return nil, err
+		}
+		kube, err := kubernetes.NewForConfig(member)
+		if err != nil {
+			return nil, err
+		}
+		var secretNS string
+		if cfg, secretNS, err = membership.BrokerConfig(ctx, kube); err != nil {
+			return nil, fmt.Errorf("%w; or give --broker-context", err)
+		}
+		cfg = tune(cfg)
+		if ns == "" {
+			ns = secretNS
+		}
+	}
+	if ns == "" {
+		ns = broker.DefaultNamespace
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mcs, err := mcsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return status.Read(ctx, kube, mcs, ns)
+}
+
+type statusOptions struct {
+	out    outputFlag
+	broker brokerFlags
+	ttl    time.Duration
+}
+
+// clustersetStatus is status's -o json/yaml document.
+type clustersetStatus struct {
+	BrokerNamespace string           `json:"brokerNamespace"`
+	ClusterTTL      string           `json:"clusterTTL"`
+	Clusters        []status.Cluster `json:"clusters"`
+	// Note says what status cannot show.
+	Note string `json:"note,omitempty"`
+}
+
+const versionNote = "mcsd versions are not available: neither the broker Leases nor the records carry them"
+
+func newStatusCmd(g *globals) *cobra.Command {
+	o := &statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the clusters of the clusterset as the broker knows them",
+		Long: `Show every cluster the broker knows of: whether its Lease is renewed within
+--cluster-ttl (Alive) or not (Dead), the Lease's age on this machine's clock,
+its export records, how many of its exports are in conflict (merged as mcsd
+merges them), its declared pod CIDRs and its ClusterSetIP blocks.
+
+The broker is read with --broker-context, else with the member's own broker
+credentials (the Secret mcsd-system/mcsd-broker of --context). mcsd versions
+are not shown: neither Leases nor records carry them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			s, err := o.broker.snapshot(ctx, g)
+			if err != nil {
+				return err
+			}
+			clusters := s.Clusters(o.ttl)
+			doc := clustersetStatus{BrokerNamespace: s.Namespace, ClusterTTL: o.ttl.String(), Clusters: clusters, Note: versionNote}
+			if done, err := o.out.print(g.streams.Out, doc); done {
+				return err
+			}
+			w := newTable(g.streams.Out)
+			fmt.Fprintln(w, "CLUSTER\tSTATE\tLEASE AGE\tEXPORTS\tCONFLICTS\tPOD CIDRS\tCLUSTERSETIP BLOCKS")
+			for _, c := range clusters {
+				age := "-"
+				if c.RenewTime != nil {
+					age = duration.HumanDuration(c.LeaseAge)
+					if c.LeaseAge < 0 {
+						age = "-" + duration.HumanDuration(-c.LeaseAge)
+					}
+				}
+				exports := fmt.Sprint(c.Exports)
+				if c.Invalid > 0 {
+					exports += fmt.Sprintf(" (+%d invalid)", c.Invalid)
+				}
+				cidrs := strings.Join(c.PodCIDRs, ",")
+				if !c.Declared {
+					cidrs = "<undeclared>"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", c.ID, c.State, age, exports, c.Conflicts, cidrs, orDash(strings.Join(c.Blocks, ",")))
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, err := range s.Broken {
+				fmt.Fprintln(g.streams.ErrOut, "warning:", err)
+			}
+			fmt.Fprintln(g.streams.ErrOut, versionNote)
+			return nil
+		},
+	}
+	o.out.add(cmd)
+	o.broker.add(cmd)
+	cmd.Flags().DurationVar(&o.ttl, "cluster-ttl", status.DefaultClusterTTL, "a cluster whose Lease is older than this is Dead (as mcsd's --cluster-ttl)")
+	cmd.AddCommand(newStatusServiceCmd(g))
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type serviceOptions struct {
+	out    outputFlag
+	broker brokerFlags
+	local  bool
+}
+
+func newStatusServiceCmd(g *globals) *cobra.Command {
+	o := &serviceOptions{}
+	cmd := &cobra.Command{
+		Use:     "svc NAMESPACE/NAME",
+		Aliases: []string{"service"},
+		Short:   "Show one multi-cluster service: its exporters, ServiceImport and endpoints",
+		Long: `Show the service NAMESPACE/NAME: which clusters export it and their
+conflicts (from the broker), and in the member of --context its ServiceImport
+(type, ClusterSetIPs, ports, clusters, conditions) and the endpoints it
+imports from each cluster (its MCS EndpointSlices).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			ns, name, ok := strings.Cut(args[0], "/")
+			if !ok || ns == "" || name == "" {
+				return fmt.Errorf("%q is not NAMESPACE/NAME", args[0])
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			var snap *status.Snapshot
+			if !o.local {
+				s, err := o.broker.snapshot(ctx, g)
+				if err != nil {
+					return fmt.Errorf("reading the broker (--local to skip it): %w", err)
+				}
+				snap = s
+			}
+			cfg, err := g.memberConfig("")
+			if err != nil {
+				return err
+			}
+			kube, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			mcs, err := mcsclient.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			svc, err := status.ReadService(ctx, kube, mcs, snap, ns, name)
+			if err != nil {
+				return err
+			}
+			if done, err := o.out.print(g.streams.Out, svc); done {
+				return err
+			}
+			return printService(g, svc, snap != nil)
+		},
+	}
+	o.out.add(cmd)
+	o.broker.add(cmd)
+	cmd.Flags().BoolVar(&o.local, "local", false, "read the member only, not the broker")
+	return cmd
+}
+
+func printService(g *globals, svc *status.Service, broker bool) error {
+	w := newTable(g.streams.Out)
+	fmt.Fprintf(w, "Service:\t%s/%s\n", svc.Namespace, svc.Name)
+	if imp := svc.Import; imp != nil {
+		fmt.Fprintf(w, "Type:\t%s\n", imp.Type)
+		fmt.Fprintf(w, "ClusterSetIPs:\t%s\n", orDash(strings.Join(imp.IPs, ",")))
+		fmt.Fprintf(w, "Ports:\t%s\n", orDash(strings.Join(imp.Ports, ",")))
+		fmt.Fprintf(w, "Clusters:\t%s\n", orDash(strings.Join(imp.Clusters, ",")))
+	} else {
+		fmt.Fprintf(w, "ServiceImport:\tnone in this cluster\n")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if imp := svc.Import; imp != nil && len(imp.Conditions) > 0 {
+		fmt.Fprintln(g.streams.Out, "\nConditions:")
+		w = newTable(g.streams.Out)
+		fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+		for _, c := range imp.Conditions {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if broker {
+		fmt.Fprintln(g.streams.Out, "\nExported by (broker):")
+		w = newTable(g.streams.Out)
+		fmt.Fprintln(w, "  CLUSTER\tPRECEDENCE\tIN SERVICE\tVIPS\tCONFLICT")
+		for _, e := range svc.Exporters {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.Cluster, yesNo(e.Precedence), yesNo(e.InService), orDash(strings.Join(e.VIPs, ",")), orDash(e.Conflict))
+		}
+		if len(svc.Exporters) == 0 {
+			fmt.Fprintln(w, "  (no cluster exports it)")
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(g.streams.Out, "\nEndpoints (this cluster's MCS EndpointSlices):")
+	w = newTable(g.streams.Out)
+	fmt.Fprintln(w, "  CLUSTER\tSLICES\tREADY\tNOT READY\tADDRESSES")
+	for _, e := range svc.Endpoints {
+		fmt.Fprintf(w, "  %s\t%d\t%d\t%d\t%s\n", e.Cluster, e.Slices, e.Ready, e.NotReady, orDash(strings.Join(e.Addrs, ",")))
+	}
+	if len(svc.Endpoints) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	return w.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
