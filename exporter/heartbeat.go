@@ -14,6 +14,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // Heartbeat keeps this cluster's Lease on the broker renewed. Importers in
@@ -27,6 +29,11 @@ type Heartbeat struct {
 	Duration  time.Duration
 	Interval  time.Duration
 	Clock     clock.Clock
+	// Version is the running mcsd's version, written on the Lease as the
+	// annotation record.AnnotationLeaseVersion for operators (kubectl mcs
+	// status);
+	// empty writes none.
+	Version string
 	// OnRenew, when set, is told the outcome of every renewal (for metrics
 	// and health).
 	OnRenew func(err error)
@@ -60,7 +67,7 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 	lease, err := leases.Get(ctx, h.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: h.Namespace, Labels: map[string]string{mcsv1beta1.LabelSourceCluster: h.ClusterID}},
+			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: h.Namespace, Labels: map[string]string{mcsv1beta1.LabelSourceCluster: h.ClusterID}, Annotations: h.annotations(nil)},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(h.ClusterID),
 				LeaseDurationSeconds: ptr.To(seconds),
@@ -76,6 +83,7 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("reading broker Lease %s/%s: %w", h.Namespace, h.Name, err)
 	}
+	lease.Annotations = h.annotations(lease.Annotations)
 	lease.Spec.HolderIdentity = ptr.To(h.ClusterID)
 	lease.Spec.LeaseDurationSeconds = ptr.To(seconds)
 	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
@@ -83,4 +91,18 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("renewing broker Lease %s/%s: %w", h.Namespace, h.Name, err)
 	}
 	return nil
+}
+
+// annotations returns have with the version annotation set (or removed,
+// when the version is unknown).
+func (h *Heartbeat) annotations(have map[string]string) map[string]string {
+	if h.Version == "" {
+		delete(have, record.AnnotationLeaseVersion)
+		return have
+	}
+	if have == nil {
+		have = map[string]string{}
+	}
+	have[record.AnnotationLeaseVersion] = h.Version
+	return have
 }

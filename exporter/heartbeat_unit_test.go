@@ -160,3 +160,16 @@ func TestHeartbeatRunRenewsAtOnceAndReportsIt(t *testing.T) {
 		t.Fatalf("renewed at %v, want the clock's %v", l.Spec.RenewTime, clk.Now())
 	}
 }
+
+func TestHeartbeatWritesTheVersionOfMCSDOnTheLease(t *testing.T) {
+	h, broker, clk := heartbeat(10 * time.Second)
+	h.Version = "v1.2.3"
+	if _, l := renew(t, h, broker, clk); l.Annotations[record.AnnotationLeaseVersion] != "v1.2.3" {
+		t.Fatalf("created Lease annotations %v", l.Annotations)
+	}
+	h.Version = "v1.2.4" // an upgraded mcsd renews the Lease
+	clk.Step(time.Second)
+	if _, l := renew(t, h, broker, clk); l.Annotations[record.AnnotationLeaseVersion] != "v1.2.4" {
+		t.Fatalf("renewed Lease annotations %v", l.Annotations)
+	}
+}

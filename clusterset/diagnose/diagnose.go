@@ -92,6 +92,9 @@ type run struct {
 	brokerKube kubernetes.Interface
 	namespace  string
 	snapshot   *status.Snapshot
+	// fetch reads a pod's health or metrics; nil means through the API
+	// server's pod proxy.
+	fetch fetchFunc
 }
 
 func (r *run) add(name, result, detail, fix string) {
@@ -136,6 +139,7 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 		}
 	}
 	r.coreDNS(ctx)
+	r.pods(ctx)
 	return r.checks, nil
 }
 

@@ -125,8 +125,9 @@ type Cluster struct {
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
 	// Blocks are the ClusterSetIP blocks the cluster owns.
 	Blocks []string `json:"clusterSetIPBlocks,omitempty"`
-	// mcsd's version in the cluster is not known: neither the Lease nor
-	// the records carry it.
+	// Version is the version of the mcsd renewing the cluster's Lease, as
+	// it writes it (empty for an mcsd older than that annotation).
+	Version string `json:"version,omitempty"`
 }
 
 // Clusters lists every cluster that has a Lease, a declaration, a claim or
@@ -143,6 +144,7 @@ func (s *Snapshot) Clusters(ttl time.Duration) []Cluster {
 	}
 	for _, l := range s.Leases {
 		c := get(l.Labels[record.LabelSourceCluster])
+		c.Version = l.Annotations[record.AnnotationLeaseVersion]
 		if l.Spec.RenewTime == nil {
 			c.State = Dead
 			continue

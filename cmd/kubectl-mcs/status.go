@@ -91,8 +91,6 @@ type clustersetStatus struct {
 	Note string `json:"note,omitempty"`
 }
 
-const versionNote = "mcsd versions are not available: neither the broker Leases nor the records carry them"
-
 func newStatusCmd(g *globals) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
@@ -101,11 +99,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Long: `Show every cluster the broker knows of: whether its Lease is renewed within
 --cluster-ttl (Alive) or not (Dead), the Lease's age on this machine's clock,
 its export records, how many of its exports are in conflict (merged as mcsd
-merges them), its declared pod CIDRs and its ClusterSetIP blocks.
+merges them), its declared pod CIDRs, its ClusterSetIP blocks and the version
+of the mcsd that renews its Lease.
 
 The broker is read with --broker-context, else with the member's own broker
-credentials (the Secret mcsd-system/mcsd-broker of --context). mcsd versions
-are not shown: neither Leases nor records carry them.`,
+credentials (the Secret mcsd-system/mcsd-broker of --context).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.out.validate(); err != nil {
@@ -118,12 +116,12 @@ are not shown: neither Leases nor records carry them.`,
 				return err
 			}
 			clusters := s.Clusters(o.ttl)
-			doc := clustersetStatus{BrokerNamespace: s.Namespace, ClusterTTL: o.ttl.String(), Clusters: clusters, Note: versionNote}
+			doc := clustersetStatus{BrokerNamespace: s.Namespace, ClusterTTL: o.ttl.String(), Clusters: clusters}
 			if done, err := o.out.print(g.streams.Out, doc); done {
 				return err
 			}
 			w := newTable(g.streams.Out)
-			fmt.Fprintln(w, "CLUSTER\tSTATE\tLEASE AGE\tEXPORTS\tCONFLICTS\tPOD CIDRS\tCLUSTERSETIP BLOCKS")
+			fmt.Fprintln(w, "CLUSTER\tSTATE\tLEASE AGE\tEXPORTS\tCONFLICTS\tPOD CIDRS\tCLUSTERSETIP BLOCKS\tMCSD")
 			for _, c := range clusters {
 				age := "-"
 				if c.RenewTime != nil {
@@ -140,7 +138,7 @@ are not shown: neither Leases nor records carry them.`,
 				if !c.Declared {
 					cidrs = "<undeclared>"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", c.ID, c.State, age, exports, c.Conflicts, cidrs, orDash(strings.Join(c.Blocks, ",")))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.State, age, exports, c.Conflicts, cidrs, orDash(strings.Join(c.Blocks, ",")), orDash(c.Version))
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -148,7 +146,6 @@ are not shown: neither Leases nor records carry them.`,
 			for _, err := range s.Broken {
 				fmt.Fprintln(g.streams.ErrOut, "warning:", err)
 			}
-			fmt.Fprintln(g.streams.ErrOut, versionNote)
 			return nil
 		},
 	}

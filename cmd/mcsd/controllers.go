@@ -23,6 +23,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/dialgate"
 	"github.com/mcsd-io/mcsd/internal/events"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/version"
 )
 
 // controllers are the exporter, the importer and the cluster's heartbeat on
@@ -193,6 +194,7 @@ func (c *controllers) run(ctx context.Context) error {
 		ClusterID: c.clusterID,
 		Duration:  c.o.leaseDuration,
 		Interval:  c.o.leaseDuration / 5,
+		Version:   version.Get().Version,
 		OnRenew: func(err error) {
 			gate.Observe(err)
 			if c.exporterMetrics != nil {

@@ -46,6 +46,10 @@ func EndpointSliceLabels(cluster, namespace, name string) map[string]string {
 	return l
 }
 
+// AnnotationLeaseVersion on a cluster's heartbeat Lease is the version of
+// the mcsd that renews it, for operators.
+const AnnotationLeaseVersion = "mcsd.io/version"
+
 // LeaseLabels are the labels of cluster's heartbeat Lease.
 func LeaseLabels(cluster string) map[string]string {
 	return map[string]string{LabelSourceCluster: cluster}
