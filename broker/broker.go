@@ -56,33 +56,91 @@ func ServiceAccountName(clusterID string) string { return "cluster-" + clusterID
 // writes as a member identity until the policies refuse them (see
 // waitEnforced), so no member write slips through a policy still loading.
 func Install(ctx context.Context, config *rest.Config, settings Settings) error {
-	settings = settings.withDefaults()
-	if err := settings.validate(); err != nil {
+	settings = settings.WithDefaults()
+	objs, err := Objects(settings)
+	if err != nil {
 		return err
 	}
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return err
 	}
-	for _, file := range manifests.BrokerFiles {
-		data, err := manifests.Broker.ReadFile(file)
-		if err != nil {
+	for _, obj := range objs {
+		if err := apply(ctx, kube, settings, obj); err != nil {
 			return err
-		}
-		objs, err := decode(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		for _, obj := range objs {
-			if err := apply(ctx, kube, settings, obj); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
 		}
 	}
 	return waitEnforced(ctx, config, settings.Namespace)
 }
 
-func decode(data []byte) ([]runtime.Object, error) {
+// Objects returns the broker's objects with settings (zero fields are the
+// defaults) as Install applies them to a broker without members, in the
+// order of the shipped manifests: what an administrator can print and
+// apply by other means.
+func Objects(settings Settings) ([]runtime.Object, error) {
+	settings = settings.WithDefaults()
+	if err := settings.validate(); err != nil {
+		return nil, err
+	}
+	var out []runtime.Object
+	for _, file := range manifests.BrokerFiles {
+		data, err := manifests.Broker.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := Decode(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		for _, obj := range objs {
+			if err := render(obj, settings); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			out = append(out, obj)
+		}
+	}
+	return out, nil
+}
+
+// render applies settings to one object of the shipped manifests.
+func render(obj runtime.Object, settings Settings) error {
+	namespace := settings.Namespace
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		o.Name = namespace
+	case *rbacv1.Role:
+		o.Namespace = namespace
+	case *corev1.ConfigMap:
+		if o.Name != SettingsName {
+			return fmt.Errorf("unexpected ConfigMap %s in broker manifests", o.Name)
+		}
+		o.Namespace = namespace
+		o.Data = settings.data()
+	case *corev1.ResourceQuota:
+		if o.Name != QuotaName {
+			return fmt.Errorf("unexpected ResourceQuota %s in broker manifests", o.Name)
+		}
+		o.Namespace = namespace
+		o.Spec.Hard = quotaHard(settings.MemberBudget, 0)
+	case *admissionv1.ValidatingAdmissionPolicy:
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		// Parameters and matched objects are in the broker namespace.
+		if o.Spec.ParamRef != nil {
+			o.Spec.ParamRef.Namespace = namespace
+		}
+		if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil {
+			return fmt.Errorf("binding %s does not select the broker namespace", o.Name)
+		}
+		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: namespace}
+	default:
+		return fmt.Errorf("unexpected kind %T in broker manifests", obj)
+	}
+	return nil
+}
+
+// Decode reads the objects of a multi-document YAML manifest, such as
+// the broker's, with the client-go scheme.
+func Decode(data []byte) ([]runtime.Object, error) {
 	var objs []runtime.Object
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
@@ -108,7 +166,6 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 	namespace := settings.Namespace
 	switch o := obj.(type) {
 	case *corev1.Namespace:
-		o.Name = namespace
 		return createOrUpdate(ctx, o.Name,
 			func() error { _, err := kube.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); return err },
 			func() error {
@@ -121,7 +178,6 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 				return err
 			})
 	case *rbacv1.Role:
-		o.Namespace = namespace
 		roles := kube.RbacV1().Roles(namespace)
 		return createOrUpdate(ctx, o.Name,
 			func() error { _, err := roles.Create(ctx, o, metav1.CreateOptions{}); return err },
@@ -135,11 +191,6 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 				return err
 			})
 	case *corev1.ConfigMap:
-		if o.Name != SettingsName {
-			return fmt.Errorf("unexpected ConfigMap %s in broker manifests", o.Name)
-		}
-		o.Namespace = namespace
-		o.Data = settings.data()
 		cms := kube.CoreV1().ConfigMaps(namespace)
 		return createOrUpdate(ctx, o.Name,
 			func() error { _, err := cms.Create(ctx, o, metav1.CreateOptions{}); return err },
@@ -153,9 +204,6 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 				return err
 			})
 	case *corev1.ResourceQuota:
-		if o.Name != QuotaName {
-			return fmt.Errorf("unexpected ResourceQuota %s in broker manifests", o.Name)
-		}
 		return syncQuota(ctx, kube, namespace, settings.MemberBudget, o.Labels)
 	case *admissionv1.ValidatingAdmissionPolicy:
 		policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
@@ -171,14 +219,6 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 				return err
 			})
 	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		// Parameters and matched objects are in the broker namespace.
-		if o.Spec.ParamRef != nil {
-			o.Spec.ParamRef.Namespace = namespace
-		}
-		if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil {
-			return fmt.Errorf("binding %s does not select the broker namespace", o.Name)
-		}
-		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: namespace}
 		bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 		return createOrUpdate(ctx, o.Name,
 			func() error { _, err := bindings.Create(ctx, o, metav1.CreateOptions{}); return err },

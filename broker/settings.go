@@ -61,8 +61,9 @@ var DefaultMemberBudget = Budget{ServiceImports: 5000, EndpointSlices: 20000, Co
 // its quota besides the members': kube-root-ca.crt and the settings.
 const namespaceConfigMaps = 2
 
-// withDefaults returns s with every zero field set to its default.
-func (s Settings) withDefaults() Settings {
+// WithDefaults returns s with every zero field set to its default, as
+// Install and Objects apply it.
+func (s Settings) WithDefaults() Settings {
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace
 	}

@@ -14,14 +14,14 @@ import (
 // What `kubectl apply -k manifests/broker` installs equals what Install
 // does with default settings before any member joins.
 func TestShippedManifestsAreTheDefaults(t *testing.T) {
-	defaults := Settings{}.withDefaults()
+	defaults := Settings{}.WithDefaults()
 	seen := map[string]bool{}
 	for _, file := range manifests.BrokerFiles {
 		data, err := manifests.Broker.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := decode(data)
+		objs, err := Decode(data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestShippedManifestsAreTheDefaults(t *testing.T) {
 					t.Errorf("settings.yaml holds %v, the defaults are %v", o.Data, defaults.data())
 				}
 				s, err := ParseSettings(o)
-				if err != nil || s.withDefaults() != defaults {
+				if err != nil || s.WithDefaults() != defaults {
 					t.Errorf("settings.yaml parses to %+v, %v", s, err)
 				}
 			case *corev1.ResourceQuota:
@@ -62,11 +62,11 @@ func TestSettingsAreValidated(t *testing.T) {
 		"blocks past 32 bits":         {BlockBitsV4: 33},
 		"a negative budget":           {MemberBudget: Budget{ServiceImports: -1}},
 	} {
-		if err := s.withDefaults().validate(); err == nil {
+		if err := s.WithDefaults().validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if err := (Settings{}).withDefaults().validate(); err != nil {
+	if err := (Settings{}).WithDefaults().validate(); err != nil {
 		t.Fatal(err)
 	}
 }

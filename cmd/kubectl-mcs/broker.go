@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,17 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/mcs-api/config/crd"
@@ -139,31 +131,7 @@ func (o *brokerInstallOptions) settings() (broker.Settings, error) {
 		}
 		s.MemberBudget = broker.Budget{ServiceImports: n[0], EndpointSlices: n[1], ConfigMaps: n[2], Leases: n[3]}
 	}
-	return withDefaults(s), nil
-}
-
-// withDefaults fills the zero fields of s with broker's defaults, as
-// broker.Install does, so that --print shows what Install applies.
-func withDefaults(s broker.Settings) broker.Settings {
-	if s.Namespace == "" {
-		s.Namespace = broker.DefaultNamespace
-	}
-	if !s.ClusterSetCIDRv4.IsValid() {
-		s.ClusterSetCIDRv4 = clustersetip.DefaultClusterSetCIDRv4
-	}
-	if !s.ClusterSetCIDRv6.IsValid() {
-		s.ClusterSetCIDRv6 = clustersetip.DefaultClusterSetCIDRv6
-	}
-	if s.BlockBitsV4 == 0 {
-		s.BlockBitsV4 = clustersetip.DefaultBlockBitsV4
-	}
-	if s.BlockBitsV6 == 0 {
-		s.BlockBitsV6 = clustersetip.DefaultBlockBitsV6
-	}
-	if s.MemberBudget == (broker.Budget{}) {
-		s.MemberBudget = broker.DefaultMemberBudget
-	}
-	return s
+	return s.WithDefaults(), nil
 }
 
 // crdDocs are the CRDs a broker and every member need.
@@ -214,12 +182,6 @@ func installCRDs(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-// Keys of the settings ConfigMap, as broker.ParseSettings reads them.
-var settingKeys = struct{ v4, v6, bits4, bits6, si, eps, cm, leases string }{
-	"clusterSetCIDRv4", "clusterSetCIDRv6", "blockBitsV4", "blockBitsV6",
-	"memberServiceImports", "memberEndpointSlices", "memberConfigMaps", "memberLeases",
-}
-
 // printBroker writes the broker's manifests with settings applied, as
 // broker.Install would apply them to a broker without members.
 func printBroker(w io.Writer, s broker.Settings, withCRDs bool) error {
@@ -227,30 +189,21 @@ func printBroker(w io.Writer, s broker.Settings, withCRDs bool) error {
 	if withCRDs {
 		docs = append(docs, crdDocs()...)
 	}
-	for _, file := range manifests.BrokerFiles {
-		data, err := manifests.Broker.ReadFile(file)
+	objs, err := broker.Objects(s)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		gvks, _, err := scheme.Scheme.ObjectKinds(obj)
 		if err != nil {
 			return err
 		}
-		objs, err := decodeAll(data)
+		obj.GetObjectKind().SetGroupVersionKind(gvks[0])
+		out, err := yaml.Marshal(obj)
 		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
+			return err
 		}
-		for _, obj := range objs {
-			if err := setBroker(obj, s); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			gvks, _, err := scheme.Scheme.ObjectKinds(obj)
-			if err != nil {
-				return err
-			}
-			obj.GetObjectKind().SetGroupVersionKind(gvks[0])
-			out, err := yaml.Marshal(obj)
-			if err != nil {
-				return err
-			}
-			docs = append(docs, out)
-		}
+		docs = append(docs, out)
 	}
 	for i, d := range docs {
 		if i > 0 {
@@ -264,71 +217,3 @@ func printBroker(w io.Writer, s broker.Settings, withCRDs bool) error {
 	}
 	return nil
 }
-
-func decodeAll(data []byte) ([]runtime.Object, error) {
-	var objs []runtime.Object
-	r := utilyaml.NewYAMLReader(bufioReader(data))
-	for {
-		doc, err := r.Read()
-		if err == io.EOF {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(strings.TrimSpace(string(doc))) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, obj)
-	}
-}
-
-// setBroker applies the settings to one object of the broker's manifests.
-func setBroker(obj runtime.Object, s broker.Settings) error {
-	ns := s.Namespace
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		o.Name = ns
-	case *rbacv1.Role:
-		o.Namespace = ns
-	case *corev1.ConfigMap:
-		o.Namespace = ns
-		b := s.MemberBudget
-		o.Data = map[string]string{
-			settingKeys.v4: s.ClusterSetCIDRv4.String(), settingKeys.v6: s.ClusterSetCIDRv6.String(),
-			settingKeys.bits4: strconv.Itoa(s.BlockBitsV4), settingKeys.bits6: strconv.Itoa(s.BlockBitsV6),
-			settingKeys.si: strconv.Itoa(b.ServiceImports), settingKeys.eps: strconv.Itoa(b.EndpointSlices),
-			settingKeys.cm: strconv.Itoa(b.ConfigMaps), settingKeys.leases: strconv.Itoa(b.Leases),
-		}
-	case *corev1.ResourceQuota:
-		// One spare budget and the namespace's own two ConfigMaps; joins
-		// raise it.
-		o.Namespace = ns
-		b := s.MemberBudget
-		q := func(n int) resource.Quantity { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
-		o.Spec.Hard = corev1.ResourceList{
-			"count/serviceimports.multicluster.x-k8s.io": q(b.ServiceImports),
-			"count/endpointslices.discovery.k8s.io":      q(b.EndpointSlices),
-			"count/configmaps":                           q(b.ConfigMaps + 2),
-			"count/leases.coordination.k8s.io":           q(b.Leases),
-		}
-	case *admissionv1.ValidatingAdmissionPolicy:
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		if o.Spec.ParamRef != nil {
-			o.Spec.ParamRef.Namespace = ns
-		}
-		if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil {
-			return fmt.Errorf("binding %s does not select the broker namespace", o.Name)
-		}
-		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: ns}
-	default:
-		return fmt.Errorf("unexpected kind %T in the broker's manifests", obj)
-	}
-	return nil
-}
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

@@ -26,7 +26,7 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
-	objs, err := decodeAll(out.Bytes())
+	objs, err := broker.Decode(out.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +72,10 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 // which are broker's defaults.
 func TestBrokerInstallPrintsTheShippedDefaults(t *testing.T) {
 	var out bytes.Buffer
-	if err := printBroker(&out, withDefaults(broker.Settings{}), false); err != nil {
+	if err := printBroker(&out, broker.Settings{}.WithDefaults(), false); err != nil {
 		t.Fatal(err)
 	}
-	printed, err := decodeAll(out.Bytes())
+	printed, err := broker.Decode(out.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestBrokerInstallPrintsTheShippedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shipped, err := decodeAll(data)
+	shipped, err := broker.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
