@@ -2,10 +2,8 @@ package dns
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -18,28 +16,6 @@ import (
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
-
-// newTestNamespace creates a network namespace named with this process's
-// prefix, without duplicate address detection, and deletes it when the test
-// ends.
-func newTestNamespace(t *testing.T, name string) *netns.NS {
-	t.Helper()
-	ns, err := netns.New(fmt.Sprintf("mcsdd%d-%s", os.Getpid(), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ns.Delete(); err != nil {
-			t.Error(err)
-		}
-	})
-	for _, key := range []string{"net.ipv6.conf.all.accept_dad", "net.ipv6.conf.default.accept_dad"} {
-		if err := ns.Sysctl(key, "0"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ns
-}
 
 // exchangeIn sends m from inside ns over network to address and returns the
 // answer. The deadline only guards against a hung test: an answer that
@@ -72,9 +48,9 @@ func exchangeIn(t *testing.T, ns *netns.NS, network, address string, m *dns.Msg)
 func TestServeIPv6ClientsInANamespace(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sysctl")
-	node := newTestNamespace(t, "node")
-	pod := newTestNamespace(t, "pod")
-	other := newTestNamespace(t, "other")
+	node := netns.ForTest(t, "mcsdd", "node")
+	pod := netns.ForTest(t, "mcsdd", "pod")
+	other := netns.ForTest(t, "mcsdd", "other")
 	if err := netns.Veth(node, "vpod", pod, "eth0"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -27,36 +26,14 @@ import (
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
-// newNamespace creates a namespace named with this process's prefix and
-// deletes it when the test ends.
-func newNamespace(t testing.TB, name string) *netns.NS {
-	t.Helper()
-	ns, err := netns.New(fmt.Sprintf("mcsdp%d-%s", os.Getpid(), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ns.Delete(); err != nil {
-			t.Error(err)
-		}
-	})
-	// Addresses are usable at once: no duplicate address detection.
-	for _, key := range []string{"net.ipv6.conf.all.accept_dad", "net.ipv6.conf.default.accept_dad"} {
-		if err := ns.Sysctl(key, "0"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ns
-}
-
 // newNode creates the namespace of a node: it forwards, and its default
 // route leads to an uplink (a veth to a namespace that does not forward), so
 // that packets to a ClusterSetIP that no rule DNATs are forwarded, and reach
 // the filter rules, as on a real node.
 func newNode(t testing.TB) *netns.NS {
 	t.Helper()
-	node := newNamespace(t, "node")
-	uplink := newNamespace(t, "uplink")
+	node := netns.ForTest(t, "mcsdp", "node")
+	uplink := netns.ForTest(t, "mcsdp", "uplink")
 	if err := netns.Veth(node, "up0", uplink, "eth0"); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +86,7 @@ type pod struct {
 // node-side veth a.b.c.1 and fd<a>:<c>::1.
 func newPod(t testing.TB, node *netns.NS, name, cluster string, ip, ip6 string, serve bool) *pod {
 	t.Helper()
-	p := &pod{name: name, cluster: cluster, ns: newNamespace(t, name),
+	p := &pod{name: name, cluster: cluster, ns: netns.ForTest(t, "mcsdp", name),
 		ip: netip.MustParseAddr(ip), ip6: netip.MustParseAddr(ip6)}
 	gw4 := p.ip.As4()
 	gw4[3] = 1
