@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -51,9 +52,24 @@ const coreEndpointSliceManager = "endpointslice-controller.k8s.io"
 // IPv6).
 const forEachIPFamily = " for each IP family"
 
+// conformanceFamilies are the IP families of the suite's clusters:
+// dual-stack, unless MCSD_CONFORMANCE_IP_FAMILIES names others ("IPv4",
+// "IPv6" or "IPv6,IPv4", say).
+func conformanceFamilies() []corev1.IPFamily {
+	v := os.Getenv("MCSD_CONFORMANCE_IP_FAMILIES")
+	if v == "" {
+		return harness.DualStack
+	}
+	var out []corev1.IPFamily
+	for _, f := range strings.Split(v, ",") {
+		out = append(out, corev1.IPFamily(strings.TrimSpace(f)))
+	}
+	return out
+}
+
 func TestConformance(t *testing.T) {
 	began := time.Now()
-	s := startClusterSetWith(t, harness.Options{Clusters: 2, IPFamilies: harness.DualStack})
+	s := startClusterSetWith(t, harness.Options{Clusters: 2, IPFamilies: conformanceFamilies()})
 	t.Logf("clusterset with mcsd in %d clusters ready in %v; IP families %v", len(s.members), time.Since(began).Round(10*time.Millisecond), s.families)
 
 	for _, spec := range []struct {
