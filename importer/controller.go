@@ -113,6 +113,13 @@ type Config struct {
 	// cluster's may be for its Lease, seen first, to count as live
 	// (default DefaultLeaseClockSkew).
 	LeaseClockSkew time.Duration
+	// IPFamilies are the IP families this cluster serves (the daemon's
+	// --ip-families). A service none of whose IP families is among them
+	// is imported without ClusterSetIPs and EndpointSlices, so DNS and
+	// the data plane have nothing for it, and its Ready condition is
+	// False with reason IPFamilyNotSupported. Empty: every family is
+	// served.
+	IPFamilies []corev1.IPFamily
 }
 
 // DefaultDeniedNamespaces are the namespaces not imported when
@@ -218,6 +225,14 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Local == nil || cfg.LocalMCS == nil || cfg.Broker == nil || cfg.BrokerMCS == nil {
 		return nil, fmt.Errorf("importer: clients of the local cluster and of the broker are required")
+	}
+	for i, f := range cfg.IPFamilies {
+		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
+			return nil, fmt.Errorf("importer: unknown IP family %q", f)
+		}
+		if slices.Contains(cfg.IPFamilies[:i], f) {
+			return nil, fmt.Errorf("importer: IP family %s given twice", f)
+		}
 	}
 	if cfg.ClusterTTL <= 0 {
 		cfg.ClusterTTL = 10 * time.Second

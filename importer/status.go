@@ -46,14 +46,19 @@ const (
 	ReasonClusterGonePastGrace = "ClusterGonePastGrace"
 )
 
-// readyCondition is the ServiceImport's Ready condition: False (Pending)
-// while a ClusterSetIP is missing or no contributing cluster is live, and
-// True otherwise. Whether the broker answers is not part of it: an outage
-// changes nothing about the services, so it costs no write per service
-// (the liveness ConfigMap and a metric say it).
-func readyCondition(res merge.Result, live []string, ttl time.Duration, generation int64) metav1.Condition {
+// readyCondition is the ServiceImport's Ready condition: False
+// (IPFamilyNotSupported) when this cluster serves none of the service's IP
+// families, False (Pending) while a ClusterSetIP is missing or no
+// contributing cluster is live, and True otherwise. Whether the broker
+// answers is not part of it: an outage changes nothing about the
+// services, so it costs no write per service (the liveness ConfigMap and
+// a metric say it).
+func readyCondition(res merge.Result, live []string, ttl time.Duration, local []corev1.IPFamily, generation int64) metav1.Condition {
 	cond := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), ObservedGeneration: generation}
 	switch {
+	case !familiesServed(res.Spec.IPFamilies, local):
+		cond.Status, cond.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported)
+		cond.Message = fmt.Sprintf("The service is %s; this cluster serves %s only", joinFamilies(res.Spec.IPFamilies), joinFamilies(local))
 	case len(res.MissingVIPFamilies) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending)
 		cond.Message = fmt.Sprintf("Waiting for a ClusterSetIP of family %s from the exporting clusters", joinFamilies(res.MissingVIPFamilies))
@@ -80,7 +85,7 @@ func joinFamilies(families []corev1.IPFamily) string {
 // changed. Clusters leaving and coming back are told once per cluster, on
 // the liveness ConfigMap, not here per service.
 func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, res merge.Result, live []string, rejected []rejection) error {
-	cond := readyCondition(res, live, c.cfg.ClusterTTL, si.Generation)
+	cond := readyCondition(res, live, c.cfg.ClusterTTL, c.cfg.IPFamilies, si.Generation)
 	rejectedCond := rejectedCondition(rejected, si.Generation)
 
 	status := si.Status.DeepCopy()
@@ -112,6 +117,9 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 	old := meta.FindStatusCondition(si.Status.Conditions, cond.Type)
 	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason {
 		klog.FromContext(ctx).V(2).Info("Ready condition changed", "serviceImport", klog.KObj(si), "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
+		if cond.Reason == string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported) {
+			c.cfg.Recorder.Event(updated, corev1.EventTypeWarning, cond.Reason, cond.Message)
+		}
 	}
 	return nil
 }

@@ -59,6 +59,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 
 	live := c.liveClusters(res.Clusters)
+	served := familiesServed(res.Spec.IPFamilies, c.cfg.IPFamilies)
+	if !served {
+		// Nothing here could reach the service: its ServiceImport says so
+		// and carries no ClusterSetIP, and it gets no EndpointSlices.
+		res.Spec.IPs, res.MissingVIPFamilies = nil, nil
+	}
 	si, err = c.writeServiceImport(ctx, si, namespace, name, res)
 	if err != nil {
 		return err
@@ -72,6 +78,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	rejected = append(rejected, dropped...)
+	if !served {
+		sources = nil
+	}
 	fresh := c.noteRejections(ctx, key, rejected)
 	// The slices and the status are independent writes: made at once.
 	var statusErr error
@@ -132,6 +141,21 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 		})
 	}
 	return exports, nil
+}
+
+// familiesServed says whether a cluster serving the local IP families can
+// reach a service of the given ones: it serves one of them, or the
+// families of either side are not known.
+func familiesServed(service, local []corev1.IPFamily) bool {
+	if len(service) == 0 || len(local) == 0 {
+		return true
+	}
+	for _, f := range service {
+		if slices.Contains(local, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // namespaceDenied reports whether services of namespace are never

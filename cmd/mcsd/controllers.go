@@ -170,6 +170,7 @@ func (c *controllers) run(ctx context.Context) error {
 			DeniedNamespaces:      c.o.importDeniedNamespaces,
 			MaxServicesPerCluster: c.o.maxServicesPerCluster,
 			GoneClusterGrace:      c.o.goneClusterGrace,
+			IPFamilies:            c.o.ipFamilies,
 		})
 		if err != nil {
 			return err

@@ -10,12 +10,19 @@
 // namespace instead of nslookup (cluster.local names are asked of a
 // CoreDNS serving the cluster, from the test process), and connections go
 // through the proxier from a pod instead of nc.
+//
+// The clusters are dual-stack and the hello Service PreferDualStack, as
+// upstream's. The specs upstream runs for each IP family (connectivity, and
+// DNS of addresses) run a subtest per family the clusters share, named
+// "... for each IP family/IPv4" and ".../IPv6": A or AAAA queries, and
+// connections to that family's ClusterSetIP over TCP and UDP.
 package e2e
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -40,10 +47,30 @@ import (
 // Kubernetes' own controller writes; MCS EndpointSlices must not carry it.
 const coreEndpointSliceManager = "endpointslice-controller.k8s.io"
 
+// forEachIPFamily ends the names of the specs that upstream runs for each
+// IP family; each runs a subtest per family the clusters share (IPv4,
+// IPv6).
+const forEachIPFamily = " for each IP family"
+
+// conformanceFamilies are the IP families of the suite's clusters:
+// dual-stack, unless MCSD_CONFORMANCE_IP_FAMILIES names others ("IPv4",
+// "IPv6" or "IPv6,IPv4", say).
+func conformanceFamilies() []corev1.IPFamily {
+	v := os.Getenv("MCSD_CONFORMANCE_IP_FAMILIES")
+	if v == "" {
+		return harness.DualStack
+	}
+	var out []corev1.IPFamily
+	for _, f := range strings.Split(v, ",") {
+		out = append(out, corev1.IPFamily(strings.TrimSpace(f)))
+	}
+	return out
+}
+
 func TestConformance(t *testing.T) {
 	began := time.Now()
-	s := startClusterSet(t)
-	t.Logf("clusterset with mcsd in %d clusters ready in %v", len(s.members), time.Since(began).Round(10*time.Millisecond))
+	s := startClusterSetWith(t, harness.Options{Clusters: 2, IPFamilies: conformanceFamilies()})
+	t.Logf("clusterset with mcsd in %d clusters ready in %v; IP families %v", len(s.members), time.Since(began).Round(10*time.Millisecond), s.families)
 
 	for _, spec := range []struct {
 		name string
@@ -68,19 +95,19 @@ func TestConformance(t *testing.T) {
 		// endpoint_slice.go
 		{"Exporting a service should create an MCS EndpointSlice in the service's namespace in each cluster with the required MCS labels. Unexporting should delete the EndpointSlice.", specEndpointSlices},
 		// clusterip_service_dns.go
-		{"A DNS lookup of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should resolve to the clusterset IP", specDNSClusterSetIP},
+		{"A DNS lookup of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should resolve to the clusterset IP" + forEachIPFamily, specDNSClusterSetIP},
 		{"A DNS SRV query of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should return valid SRV records", specDNSClusterIPSRV},
-		{"DNS lookups of the <service>.<ns>.svc.cluster.local domain for a ClusterIP service should only resolve local services", specDNSClusterLocal},
+		{"DNS lookups of the <service>.<ns>.svc.cluster.local domain for a ClusterIP service should only resolve local services" + forEachIPFamily, specDNSClusterLocal},
 		// headless_service_dns.go
-		{"A DNS query of the <service>.<ns>.svc.clusterset.local domain for a headless service should return the ready endpoint addresses of all the backing pods", specDNSHeadless},
-		{"A DNS query of the <hostname>.<clusterid>.<service>.<ns>.svc.clusterset.local domain for a headless StatefulSet service should return the requested pod's endpoint address", specDNSHostname},
+		{"A DNS query of the <service>.<ns>.svc.clusterset.local domain for a headless service should return the ready endpoint addresses of all the backing pods" + forEachIPFamily, specDNSHeadless},
+		{"A DNS query of the <hostname>.<clusterid>.<service>.<ns>.svc.clusterset.local domain for a headless StatefulSet service should return the requested pod's endpoint address" + forEachIPFamily, specDNSHostname},
 		{"A DNS SRV query of the <service>.<ns>.svc.clusterset.local domain for a headless service should return valid SRV records", specDNSHeadlessSRV},
 		// connectivity.go
-		{"Connectivity to a service that is not exported should be inaccessible", specNotExported},
-		{"Connectivity to an exported ClusterIP service should be accessible through DNS", specAccessible},
-		{"Connectivity to a ClusterIP service existing in two clusters but exported from one should only access the exporting cluster", specExportedFromOne},
-		{"Connectivity to exported services with same port name but different port numbers on each cluster should only route traffic to the cluster that exposes the port", specSamePortName},
-		{"Connectivity to exported services with different port name on each cluster should route traffic to each port only to the cluster that exposes it", specDifferentPortName},
+		{"Connectivity to a service that is not exported should be inaccessible" + forEachIPFamily, specNotExported},
+		{"Connectivity to an exported ClusterIP service should be accessible through DNS" + forEachIPFamily, specAccessible},
+		{"Connectivity to a ClusterIP service existing in two clusters but exported from one should only access the exporting cluster" + forEachIPFamily, specExportedFromOne},
+		{"Connectivity to exported services with same port name but different port numbers on each cluster should only route traffic to the cluster that exposes the port" + forEachIPFamily, specSamePortName},
+		{"Connectivity to exported services with different port name on each cluster should route traffic to each port only to the cluster that exposes it" + forEachIPFamily, specDifferentPortName},
 	} {
 		t.Run(spec.name, func(t *testing.T) { spec.run(t, s) })
 	}
@@ -324,6 +351,7 @@ func specExternalName(t *testing.T, s *clusterSet) {
 		svc.Spec.ExternalName = "example.com"
 		svc.Spec.SessionAffinity = ""
 		svc.Spec.SessionAffinityConfig = nil
+		svc.Spec.IPFamilyPolicy = nil // an ExternalName Service has no IPs
 	})
 	e.awaitCondition(0, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse)
 	e.holdNoImport(0, "the ServiceImport should not exist for an ExternalName service")
@@ -400,20 +428,38 @@ func exactly(want []string) func(*dns.Msg) error {
 	}
 }
 
+// ipOf returns the ServiceImport's clusterset IP of family f.
+func ipOf(si *mcsv1beta1.ServiceImport, f corev1.IPFamily) (string, error) {
+	for k, ip := range si.Spec.IPs {
+		if k < len(si.Spec.IPFamilies) && si.Spec.IPFamilies[k] == f {
+			return ip, nil
+		}
+	}
+	return "", fmt.Errorf("no %s clusterset IP: spec.ips %v, spec.ipFamilies %v", f, si.Spec.IPs, si.Spec.IPFamilies)
+}
+
+// checkIPOf accepts a ServiceImport with valid families and a clusterset
+// IP of family f.
+func checkIPOf(f corev1.IPFamily) func(*mcsv1beta1.ServiceImport) error {
+	return func(si *mcsv1beta1.ServiceImport) error {
+		if err := checkFamilies(si); err != nil {
+			return err
+		}
+		_, err := ipOf(si, f)
+		return err
+	}
+}
+
 func specDNSClusterSetIP(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
 	e.deployHello(nil)
-	for i := range s.members {
-		si := e.awaitImport(i, func(si *mcsv1beta1.ServiceImport) error {
-			if len(si.Spec.IPs) == 0 {
-				return fmt.Errorf("no spec.ips")
-			}
-			return checkFamilies(si)
-		})
-		for k, ip := range si.Spec.IPs {
-			e.awaitAnswer(i, e.fqdn(), recordType(si.Spec.IPFamilies[k]), exactly([]string{ip}))
+	e.startClusterDNS()
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		for i := range s.members {
+			ip, _ := ipOf(e.awaitImport(i, checkIPOf(f)), f)
+			e.awaitAnswer(i, e.fqdn(), recordType(f), exactly([]string{ip}))
 		}
-	}
+	})
 }
 
 func specDNSClusterIPSRV(t *testing.T, s *clusterSet) {
@@ -440,57 +486,63 @@ func specDNSClusterLocal(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
 	cdns := e.clusterDNSOf(0)
 	svc := e.deployHello(nil)
-	var local string
+	var got *corev1.Service
 	err := wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(ctx context.Context) (bool, error) {
-		got, err := e.member(0).Kube.CoreV1().Services(e.ns).Get(ctx, svc.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		local = got.Spec.ClusterIP
-		return local != "", nil
+		var err error
+		got, err = e.member(0).Kube.CoreV1().Services(e.ns).Get(ctx, svc.Name, metav1.GetOptions{})
+		return err == nil && got.Spec.ClusterIP != "", nil
 	})
 	if err != nil {
 		t.Fatalf("the Service was not given a cluster IP")
 	}
-	si := e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
-		if len(si.Spec.IPs) == 0 {
-			return fmt.Errorf("no spec.ips")
-		}
-		return nil
-	})
-	if slices.Contains(si.Spec.IPs, local) {
-		t.Fatalf("the clusterset IPs %v include the local cluster IP %s", si.Spec.IPs, local)
-	}
-
 	localName := fmt.Sprintf("%s.%s.svc.cluster.local.", serviceName, e.ns)
-	check := exactly([]string{local})
-	var last error
-	err = wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(context.Context) (bool, error) {
-		m, err := cdns.query(localName, dns.TypeA)
-		if err != nil {
-			last = err
-			return false, nil
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		t := e.t
+		var local string
+		for k, ip := range got.Spec.ClusterIPs {
+			if k < len(got.Spec.IPFamilies) && got.Spec.IPFamilies[k] == f {
+				local = ip
+			}
 		}
-		if last = check(m); last != nil {
-			last = fmt.Errorf("%w (answer: %v)", last, m.Answer)
-			return false, nil
+		if local == "" {
+			t.Fatalf("the Service has no %s cluster IP: %v %v", f, got.Spec.IPFamilies, got.Spec.ClusterIPs)
 		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("the cluster DNS of %s: %s not resolved to the local cluster IP within %v: %v", e.member(0).ID, localName, awaitTimeout, last)
-	}
+		si := e.awaitImport(0, checkIPOf(f))
+		if slices.Contains(si.Spec.IPs, local) {
+			t.Fatalf("the clusterset IPs %v include the local cluster IP %s", si.Spec.IPs, local)
+		}
+		clustersetIP, _ := ipOf(si, f)
 
-	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs))
-	for _, network := range []string{"udp", "tcp"} {
-		m, err := e.query(0, network, localName, dns.TypeA)
+		qtype := recordType(f)
+		check := exactly([]string{local})
+		var last error
+		err := wait.PollUntilContextTimeout(e.ctx, time.Second, awaitTimeout, true, func(context.Context) (bool, error) {
+			m, err := cdns.query(localName, qtype)
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			if last = check(m); last != nil {
+				last = fmt.Errorf("%w (answer: %v)", last, m.Answer)
+				return false, nil
+			}
+			return true, nil
+		})
 		if err != nil {
-			t.Fatalf("asking mcsd for %s over %s: %v", localName, network, err)
+			t.Fatalf("the cluster DNS of %s: %s %s not resolved to the local cluster IP within %v: %v", e.member(0).ID, dns.TypeToString[qtype], localName, awaitTimeout, last)
 		}
-		if m.Rcode != dns.RcodeRefused || len(m.Answer) > 0 {
-			t.Fatalf("mcsd answered %s over %s with %s %v, want REFUSED without answers (cluster.local is the cluster DNS's zone)", localName, network, dns.RcodeToString[m.Rcode], m.Answer)
+
+		e.awaitAnswer(0, e.fqdn(), qtype, exactly([]string{clustersetIP}))
+		for _, network := range []string{"udp", "tcp"} {
+			m, err := e.query(0, network, localName, qtype)
+			if err != nil {
+				t.Fatalf("asking mcsd for %s %s over %s: %v", dns.TypeToString[qtype], localName, network, err)
+			}
+			if m.Rcode != dns.RcodeRefused || len(m.Answer) > 0 {
+				t.Fatalf("mcsd answered %s %s over %s with %s %v, want REFUSED without answers (cluster.local is the cluster DNS's zone)", dns.TypeToString[qtype], localName, network, dns.RcodeToString[m.Rcode], m.Answer)
+			}
 		}
-	}
+	})
 }
 
 // --- headless_service_dns.go ---
@@ -504,15 +556,32 @@ func specDNSHeadless(t *testing.T, s *clusterSet) {
 	headless(svc)
 	e.deploy(0, svc)
 	e.export(0, helloServiceExport())
-	for i := range s.members {
-		for _, f := range e.awaitFamilies(i) {
-			var want []string
-			for _, ep := range e.awaitEndpoints(0, addressType(f), replicas) {
-				want = append(want, ep.address)
-			}
+	e.startClusterDNS()
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		var want []string
+		for _, ep := range e.awaitEndpoints(0, addressType(f), replicas) {
+			want = append(want, ep.address)
+		}
+		for i := range s.members {
+			e.awaitImportOf(i, f)
 			e.awaitAnswer(i, e.fqdn(), recordType(f), exactly(want))
 		}
-	}
+	})
+}
+
+// awaitImportOf waits until cluster i's hello ServiceImport has valid
+// families, f among them.
+func (e *specEnv) awaitImportOf(i int, f corev1.IPFamily) *mcsv1beta1.ServiceImport {
+	e.t.Helper()
+	return e.awaitImport(i, func(si *mcsv1beta1.ServiceImport) error {
+		if err := checkFamilies(si); err != nil {
+			return err
+		}
+		if !slices.Contains(si.Spec.IPFamilies, f) {
+			return fmt.Errorf("spec.ipFamilies %v without %s", si.Spec.IPFamilies, f)
+		}
+		return nil
+	})
 }
 
 func specDNSHostname(t *testing.T, s *clusterSet) {
@@ -524,8 +593,10 @@ func specDNSHostname(t *testing.T, s *clusterSet) {
 	headless(svc)
 	e.deploy(0, svc)
 	e.export(0, helloServiceExport())
-	for i := range s.members {
-		for _, f := range e.awaitFamilies(i) {
+	e.startClusterDNS()
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		for i := range s.members {
+			e.awaitImportOf(i, f)
 			eps := e.awaitMCSSlice(i, addressType(f), func(eps *discoveryv1.EndpointSlice) error {
 				if len(eps.Endpoints) != replicas {
 					return fmt.Errorf("MCS EndpointSlice %s has %d endpoints, want %d", eps.Name, len(eps.Endpoints), replicas)
@@ -545,7 +616,7 @@ func specDNSHostname(t *testing.T, s *clusterSet) {
 				e.awaitAnswer(i, e.fqdn(*ep.Hostname, clusterID), recordType(f), exactly(ep.Addresses))
 			}
 		}
-	}
+	})
 }
 
 func specDNSHeadlessSRV(t *testing.T, s *clusterSet) {
@@ -583,27 +654,35 @@ func noAffinity(svc *corev1.Service) {
 	svc.Spec.SessionAffinityConfig = nil
 }
 
+// tcpAndUDP are the protocols of the hello Service's port 42, the
+// networks connections to it are made over.
+var tcpAndUDP = []string{"tcp", "udp"}
+
 func specNotExported(t *testing.T, s *clusterSet) {
 	e := s.begin(t)
 	e.helloPods(0, 1, "")
 	e.deploy(0, helloService())
-	for i := range s.members {
-		for k := range 20 {
-			m, err := e.query(i, "udp", e.fqdn(), dns.TypeA)
-			if err != nil {
-				t.Fatalf("%s: query %d for %s: %v", e.member(i).ID, k+1, e.fqdn(), err)
-			}
-			if m.Rcode != dns.RcodeNameError || len(m.Answer) > 0 {
-				t.Fatalf("%s: %s of a service exported nowhere answered %s %v, want NXDOMAIN", e.member(i).ID, e.fqdn(), dns.RcodeToString[m.Rcode], m.Answer)
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		t := e.t
+		qtype := recordType(f)
+		for i := range s.members {
+			for k := range 20 {
+				m, err := e.query(i, "udp", e.fqdn(), qtype)
+				if err != nil {
+					t.Fatalf("%s: query %d for %s %s: %v", e.member(i).ID, k+1, dns.TypeToString[qtype], e.fqdn(), err)
+				}
+				if m.Rcode != dns.RcodeNameError || len(m.Answer) > 0 {
+					t.Fatalf("%s: %s %s of a service exported nowhere answered %s %v, want NXDOMAIN", e.member(i).ID, dns.TypeToString[qtype], e.fqdn(), dns.RcodeToString[m.Rcode], m.Answer)
+				}
 			}
 		}
-	}
-	e.noConnect(servicePort, 20)
-	for i := range s.members {
-		if si, err := e.getImport(i); err == nil {
-			t.Fatalf("%s: ServiceImport of a service exported nowhere: %+v", e.member(i).ID, si.Spec)
+		e.noConnect(f, tcpAndUDP, servicePort, 20)
+		for i := range s.members {
+			if si, err := e.getImport(i); err == nil {
+				t.Fatalf("%s: ServiceImport of a service exported nowhere: %+v", e.member(i).ID, si.Spec)
+			}
 		}
-	}
+	})
 }
 
 func specAccessible(t *testing.T, s *clusterSet) {
@@ -611,7 +690,9 @@ func specAccessible(t *testing.T, s *clusterSet) {
 	backend := e.helloPods(0, 1, "")
 	e.deploy(0, helloService())
 	e.export(0, helloServiceExport())
-	e.awaitOnly(servicePort, backend, 1)
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		e.awaitOnly(f, tcpAndUDP, servicePort, backend, 2)
+	})
 }
 
 func specExportedFromOne(t *testing.T, s *clusterSet) {
@@ -624,16 +705,18 @@ func specExportedFromOne(t *testing.T, s *clusterSet) {
 	e.helloPods(1, 1, "")
 	e.deploy(1, svc2)
 	e.export(0, helloServiceExport())
-	e.awaitOnly(servicePort, backend, 20)
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		e.awaitOnly(f, tcpAndUDP, servicePort, backend, 20)
+	})
 }
 
-// awaitFrom waits until every cluster holds an MCS EndpointSlice with
-// endpoints from the given source cluster: its importer has the source's
-// export, so what the proxier does with it shows.
-func (e *specEnv) awaitFrom(source string) {
+// awaitFrom waits until every cluster holds an MCS EndpointSlice of family
+// f with endpoints from the given source cluster: its importer has the
+// source's export, so what the proxier does with it shows.
+func (e *specEnv) awaitFrom(f corev1.IPFamily, source string) {
 	e.t.Helper()
 	for i := range e.s.members {
-		e.awaitMCSSlice(i, discoveryv1.AddressTypeIPv4, func(eps *discoveryv1.EndpointSlice) error {
+		e.awaitMCSSlice(i, addressType(f), func(eps *discoveryv1.EndpointSlice) error {
 			if got := eps.Labels[mcsv1beta1.LabelSourceCluster]; got != source {
 				return fmt.Errorf("only endpoints from %s", got)
 			}
@@ -655,8 +738,11 @@ func specSamePortName(t *testing.T, s *clusterSet) {
 	backend1 := podsOf(e, 0)
 
 	e.awaitCondition(1, mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)
-	e.awaitFrom(e.member(1).ID)
-	e.awaitOnly(servicePort, backend1, 20)
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		e.awaitFrom(f, e.member(1).ID)
+		// Port 42 is TCP and UDP in the first cluster only.
+		e.awaitOnly(f, tcpAndUDP, servicePort, backend1, 20)
+	})
 }
 
 func specDifferentPortName(t *testing.T, s *clusterSet) {
@@ -671,9 +757,11 @@ func specDifferentPortName(t *testing.T, s *clusterSet) {
 	for i := range s.members {
 		e.awaitImport(i, checkPorts(mcsPorts(append(slices.Clone(svc1.Spec.Ports), svc2.Spec.Ports...)...)))
 	}
-	e.awaitFrom(e.member(1).ID)
-	e.awaitOnly(servicePort, backend1, 20)
-	e.awaitOnly(4242, backend2, 20)
+	e.forEachFamily(func(e *specEnv, f corev1.IPFamily) {
+		e.awaitFrom(f, e.member(1).ID)
+		e.awaitOnly(f, tcpAndUDP, servicePort, backend1, 20)
+		e.awaitOnly(f, []string{"tcp"}, 4242, backend2, 20)
+	})
 }
 
 // podsOf returns the hello backends the spec started in cluster i.

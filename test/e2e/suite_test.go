@@ -51,12 +51,22 @@ type clusterSet struct {
 	members []*fixture.Member
 	nodes   []*harness.Node
 	daemons []*fixture.Daemon
+	// families are the IP families every member serves.
+	families []corev1.IPFamily
 }
 
+// startClusterSet starts IPv4-only clusters.
 func startClusterSet(t *testing.T) *clusterSet {
 	t.Helper()
-	cs := harness.Start(t, harness.Options{Clusters: 2})
-	s := &clusterSet{cs: cs, members: fixture.Join(t, cs)}
+	return startClusterSetWith(t, harness.Options{Clusters: 2})
+}
+
+// startClusterSetWith starts the clusters opts asks for (IP families, for
+// one), each with one node and its mcsd, run for the cluster's families.
+func startClusterSetWith(t *testing.T, opts harness.Options) *clusterSet {
+	t.Helper()
+	cs := harness.Start(t, opts)
+	s := &clusterSet{cs: cs, members: fixture.Join(t, cs), families: harness.SharedFamilies(cs.Members...)}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, m := range s.members {
@@ -74,10 +84,13 @@ func startClusterSet(t *testing.T) *clusterSet {
 // same name everywhere, namespace sameness), a request pod in every
 // cluster, and whatever the spec deploys, all removed when the spec ends.
 type specEnv struct {
-	t   *testing.T
-	ctx context.Context
-	s   *clusterSet
-	ns  string
+	t *testing.T
+	// root is the spec's own test, t's parent in a subtest of one IP
+	// family: what serves the whole spec is stopped when root ends.
+	root *testing.T
+	ctx  context.Context
+	s    *clusterSet
+	ns   string
 	// requests[i] is the request pod in cluster i, on the node whose mcsd
 	// answers its DNS queries.
 	requests []*harness.Pod
@@ -91,7 +104,7 @@ func (s *clusterSet) begin(t *testing.T) *specEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	e := &specEnv{t: t, ctx: ctx, s: s, ns: fmt.Sprintf("mcs-conformance-%d", rand.Uint32())}
+	e := &specEnv{t: t, root: t, ctx: ctx, s: s, ns: fmt.Sprintf("mcs-conformance-%d", rand.Uint32()), clusterDNS: map[int]*clusterDNS{}}
 	for _, m := range s.members {
 		if _, err := m.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("%s: creating namespace %s: %v", m.ID, e.ns, err)
@@ -134,6 +147,27 @@ func (e *specEnv) cleanup() {
 
 func (e *specEnv) member(i int) *fixture.Member { return e.s.members[i] }
 
+// forEachFamily runs check for each IP family the clusters share, each as
+// a subtest named for the family, in the spec's world: what the spec
+// deployed is checked over IPv4 and over IPv6. check must not add pods.
+func (e *specEnv) forEachFamily(check func(e *specEnv, f corev1.IPFamily)) {
+	e.t.Helper()
+	if len(e.s.families) == 0 {
+		e.t.Fatal("the clusters share no IP family")
+	}
+	for _, f := range e.s.families {
+		e.t.Run(string(f), func(t *testing.T) { check(e.in(t), f) })
+	}
+}
+
+// in is the spec's world as seen from its subtest t. Pods must not be
+// added through it: the spec's cleanup would not know them.
+func (e *specEnv) in(t *testing.T) *specEnv {
+	sub := *e
+	sub.t = t
+	return &sub
+}
+
 func (e *specEnv) addPod(i int, spec harness.PodSpec) *harness.Pod {
 	e.t.Helper()
 	spec.Namespace = e.ns
@@ -146,8 +180,9 @@ func (e *specEnv) addPod(i int, spec harness.PodSpec) *harness.Pod {
 }
 
 // helloService is the upstream suite's hello Service: TCP and UDP on port
-// 42, client-IP session affinity with a 10 s timeout. It also carries a
-// label and an annotation of its own, which no ServiceImport may show.
+// 42, client-IP session affinity with a 10 s timeout, dual-stack where the
+// cluster is (ipFamilyPolicy PreferDualStack). It also carries a label and
+// an annotation of its own, which no ServiceImport may show.
 func helloService() *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -165,6 +200,7 @@ func helloService() *corev1.Service {
 			SessionAffinityConfig: &corev1.SessionAffinityConfig{
 				ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](10)},
 			},
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
 		},
 	}
 }
@@ -565,15 +601,21 @@ func srvRecords(m *dns.Msg) []srv {
 // node, starting it on first use.
 func (e *specEnv) clusterDNSOf(i int) *clusterDNS {
 	e.t.Helper()
-	if e.clusterDNS == nil {
-		e.clusterDNS = map[int]*clusterDNS{}
-	}
 	if c := e.clusterDNS[i]; c != nil {
 		return c
 	}
-	c := startClusterDNS(e.t, e.s.cs, e.member(i), e.s.nodes[i], e.s.daemons[i])
+	c := startClusterDNS(e.root, e.s.cs, e.member(i), e.s.nodes[i], e.s.daemons[i])
 	e.clusterDNS[i] = c
 	return c
+}
+
+// startClusterDNS starts every cluster's own DNS for the spec, before its
+// subtests of each IP family ask it.
+func (e *specEnv) startClusterDNS() {
+	e.t.Helper()
+	for i := range e.s.members {
+		e.clusterDNSOf(i)
+	}
 }
 
 // awaitAnswer asks cluster i's DNS over UDP and TCP, both mcsd's server
@@ -612,27 +654,33 @@ func (e *specEnv) awaitAnswer(i int, name string, qtype uint16, check func(*dns.
 }
 
 // resolve looks the hello service's clusterset name up in cluster i, as a
-// pod's resolver would, and returns its first address.
-func (e *specEnv) resolve(i int) (netip.Addr, error) {
-	m, err := e.query(i, "udp", e.fqdn(), dns.TypeA)
+// pod's resolver would, for an address of family f (an A or AAAA query),
+// and returns its first address.
+func (e *specEnv) resolve(i int, f corev1.IPFamily) (netip.Addr, error) {
+	qtype := recordType(f)
+	m, err := e.query(i, "udp", e.fqdn(), qtype)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	if m.Rcode != dns.RcodeSuccess {
-		return netip.Addr{}, fmt.Errorf("%s %s", e.fqdn(), dns.RcodeToString[m.Rcode])
+		return netip.Addr{}, fmt.Errorf("%s %s %s", e.fqdn(), dns.TypeToString[qtype], dns.RcodeToString[m.Rcode])
 	}
 	addrs := addresses(m)
 	if len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("%s has no A record", e.fqdn())
+		return netip.Addr{}, fmt.Errorf("%s has no %s record", e.fqdn(), dns.TypeToString[qtype])
 	}
-	return netip.ParseAddr(addrs[0])
+	a, err := netip.ParseAddr(addrs[0])
+	if err == nil && family(a) != f {
+		err = fmt.Errorf("%s %s answered %s", e.fqdn(), dns.TypeToString[qtype], a)
+	}
+	return a, err
 }
 
 // ask connects from cluster i's request pod to the hello service's
-// clusterset name on port, through DNS and the proxier, and returns which
-// backend answered.
-func (e *specEnv) ask(i int, network string, port int) (echo.Identity, error) {
-	vip, err := e.resolve(i)
+// clusterset name on port, over family f, through DNS and the proxier,
+// and returns which backend answered.
+func (e *specEnv) ask(i int, f corev1.IPFamily, network string, port int) (echo.Identity, error) {
+	vip, err := e.resolve(i, f)
 	if err != nil {
 		return echo.Identity{}, err
 	}
@@ -647,61 +695,70 @@ func (e *specEnv) connect(i int, network string, vip netip.Addr, port int) (echo
 }
 
 // awaitOnly connects from every cluster to the hello service's clusterset
-// name on port until a backend in want answers, then asks at least n more
-// times and for at least holdFor: every answer must come from a pod in want.
-func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
+// name on port, over family f and each of networks ("tcp", "udp"), until a
+// backend in want answers each, then asks at least n more times and for
+// at least holdFor, taking the networks in turn: every answer must come
+// from a pod in want, reached at its address of family f.
+func (e *specEnv) awaitOnly(f corev1.IPFamily, networks []string, port int, want []*harness.Pod, n int) {
 	e.t.Helper()
 	ok := map[string]bool{}
 	var names []string
 	for _, p := range want {
-		ok[p.IP.String()] = true
+		ip, has := p.IPOf(f)
+		if !has {
+			e.t.Fatalf("%s/%s has no %s address", p.Node.Cluster.Name, p.Name, f)
+		}
+		ok[ip.String()] = true
 		names = append(names, p.Node.Cluster.Name+"/"+p.Name)
 	}
 	for i := range e.s.members {
-		var last error
-		// When the name does not resolve yet, the first connection after
-		// it does is made at once and must succeed: a name mcsd's DNS
-		// hands out is already reachable. Later failures (a port or
-		// endpoints still on their way) are retried.
-		first, strict := true, false
-		err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
-			vip, err := e.resolve(i)
-			if err != nil {
-				strict = strict || first
+		for _, network := range networks {
+			var last error
+			// When the name does not resolve yet, the first connection
+			// after it does is made at once and must succeed: a name
+			// mcsd's DNS hands out is already reachable. Later failures
+			// (a port or endpoints still on their way) are retried.
+			first, strict := true, false
+			err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
+				vip, err := e.resolve(i, f)
+				if err != nil {
+					strict = strict || first
+					first = false
+					last = err
+					return false, nil
+				}
 				first = false
-				last = err
-				return false, nil
-			}
-			first = false
-			id, err := e.connect(i, "tcp", vip, port)
-			if err != nil && strict {
-				return false, fmt.Errorf("%s resolved to %s, and the connection made at once failed: %w", e.fqdn(), vip, err)
-			}
-			strict = false
+				id, err := e.connect(i, network, vip, port)
+				if err != nil && strict {
+					return false, fmt.Errorf("%s resolved to %s, and the %s connection made at once failed: %w", e.fqdn(), vip, network, err)
+				}
+				strict = false
+				if err != nil {
+					last = err
+					return false, nil
+				}
+				if !ok[id.IP] {
+					last = fmt.Errorf("answered by %s", id)
+					return false, nil
+				}
+				return true, nil
+			})
 			if err != nil {
-				last = err
-				return false, nil
+				e.t.Fatalf("%s: %s:%d over %s/%s never answered by %v within %v: %v", e.member(i).ID, e.fqdn(), port, f, network, names, awaitTimeout, last)
 			}
-			if !ok[id.IP] {
-				last = fmt.Errorf("answered by %s", id)
-				return false, nil
-			}
-			return true, nil
-		})
-		if err != nil {
-			e.t.Fatalf("%s: %s:%d never answered by %v within %v: %v", e.member(i).ID, e.fqdn(), port, names, awaitTimeout, last)
 		}
 		// The proxier applies what the importer writes a moment later:
 		// keep asking for holdFor, not only n times, so that a backend
 		// that must not answer has the time to show.
 		end := time.Now().Add(holdFor)
 		for k := 0; k < n || time.Now().Before(end); k++ {
-			id, err := e.ask(i, "tcp", port)
+			network := networks[k%len(networks)]
+			id, err := e.ask(i, f, network, port)
 			if err != nil {
-				e.t.Fatalf("%s: connection %d to %s:%d: %v", e.member(i).ID, k+1, e.fqdn(), port, err)
+				e.t.Fatalf("%s: connection %d to %s:%d over %s/%s: %v", e.member(i).ID, k+1, e.fqdn(), port, f, network, err)
 			}
 			if !ok[id.IP] {
-				e.t.Fatalf("%s: connection %d to %s:%d answered by %s, want only %v", e.member(i).ID, k+1, e.fqdn(), port, id, names)
+				e.t.Fatalf("%s: connection %d to %s:%d over %s/%s answered by %s, want only %v", e.member(i).ID, k+1, e.fqdn(), port, f, network, id, names)
 			}
 			time.Sleep(pollEvery)
 		}
@@ -709,13 +766,15 @@ func (e *specEnv) awaitOnly(port int, want []*harness.Pod, n int) {
 }
 
 // noConnect checks that n connections from every cluster to the hello
-// service's clusterset name on port reach nobody.
-func (e *specEnv) noConnect(port int, n int) {
+// service's clusterset name on port, over family f and each of networks,
+// reach nobody.
+func (e *specEnv) noConnect(f corev1.IPFamily, networks []string, port int, n int) {
 	e.t.Helper()
 	for i := range e.s.members {
 		for k := range n {
-			if id, err := e.ask(i, "tcp", port); err == nil {
-				e.t.Fatalf("%s: connection %d to %s:%d answered by %s, want no answer", e.member(i).ID, k+1, e.fqdn(), port, id)
+			network := networks[k%len(networks)]
+			if id, err := e.ask(i, f, network, port); err == nil {
+				e.t.Fatalf("%s: connection %d to %s:%d over %s/%s answered by %s, want no answer", e.member(i).ID, k+1, e.fqdn(), port, f, network, id)
 			}
 		}
 	}

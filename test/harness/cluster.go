@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -35,10 +36,16 @@ type Cluster struct {
 	Name string
 	// Index is 0 for the broker and 1..N for members.
 	Index int
-	// ServiceCIDR is the range the API server allocates ClusterIPs from.
-	ServiceCIDR netip.Prefix
-	// PodCIDR is the range harness pods of this cluster get addresses from.
-	PodCIDR netip.Prefix
+	// IPFamilies are the cluster's IP families, its preferred one first.
+	IPFamilies []corev1.IPFamily
+	// ServiceCIDR is the range the API server allocates ClusterIPs of the
+	// first IP family from; ServiceCIDRs has one range per family.
+	ServiceCIDR  netip.Prefix
+	ServiceCIDRs []netip.Prefix
+	// PodCIDR is the range harness pods of this cluster get addresses of
+	// the first IP family from; PodCIDRs has one range per family.
+	PodCIDR  netip.Prefix
+	PodCIDRs []netip.Prefix
 	// KubeconfigPath is an admin kubeconfig for this cluster.
 	KubeconfigPath string
 	// Config is the admin client configuration (group system:masters).
@@ -232,7 +239,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--tls-private-key-file=" + servingKey,
 			"--client-ca-file=" + caPath,
 			"--authorization-mode=RBAC",
-			"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
+			"--service-cluster-ip-range=" + joinPrefixes(c.ServiceCIDRs),
 			"--service-account-issuer=https://" + c.Name + ".harness.mcsd.invalid",
 			"--service-account-key-file=" + saPub,
 			"--service-account-signing-key-file=" + saKey,
@@ -273,6 +280,11 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller",
 			"--service-account-private-key-file=" + saKey,
 			"--root-ca-file=" + caPath,
+			// The node IPAM controller does not run (harness nodes come
+			// with their pod CIDRs); the ranges are given for the
+			// controllers that read them.
+			"--service-cluster-ip-range=" + joinPrefixes(c.ServiceCIDRs),
+			"--cluster-cidr=" + joinPrefixes(c.PodCIDRs),
 			"--leader-elect=false",
 			"--secure-port=0",
 			"--kube-api-qps=200", "--kube-api-burst=400",
@@ -351,6 +363,15 @@ func (c *Cluster) connect() error {
 	}
 	c.APIExtensions, err = apiextclient.NewForConfig(admin)
 	return err
+}
+
+// joinPrefixes is the comma-separated list the Kubernetes flags take.
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 func (c *Cluster) stop() {

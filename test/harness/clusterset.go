@@ -9,14 +9,15 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/test/testenv"
@@ -27,6 +28,15 @@ type Options struct {
 	// Clusters is the number of member clusters besides the broker
 	// (default 2).
 	Clusters int
+	// IPFamilies of every member cluster: IPv4Only (the default),
+	// DualStack or IPv6Only, in the order the cluster prefers them. They
+	// decide the API server's service ranges and the addresses of nodes
+	// and pods. The broker, which runs no pods, is always IPv4Only.
+	IPFamilies []corev1.IPFamily
+	// MemberIPFamilies, when set, gives member i (cluster<i+1>) its own IP
+	// families, for a clusterset that mixes single-stack IPv4 and IPv6
+	// clusters; members it does not cover take IPFamilies.
+	MemberIPFamilies [][]corev1.IPFamily
 }
 
 // ClusterSet is a running broker and its member clusters.
@@ -74,6 +84,17 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if opts.Clusters > 30 {
 		return nil, fmt.Errorf("at most 30 member clusters, asked for %d", opts.Clusters)
 	}
+	if len(opts.IPFamilies) == 0 {
+		opts.IPFamilies = IPv4Only
+	}
+	if err := checkFamilies(opts.IPFamilies); err != nil {
+		return nil, err
+	}
+	for _, f := range opts.MemberIPFamilies {
+		if err := checkFamilies(f); err != nil {
+			return nil, err
+		}
+	}
 	if removed, err := CleanStale(); err != nil {
 		return nil, fmt.Errorf("cleaning leftovers of earlier runs: %w", err)
 	} else if len(removed) > 0 {
@@ -101,16 +122,32 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		if i == 0 {
 			name = "broker"
 		}
-		c := &Cluster{
-			Name:        name,
-			Index:       i,
-			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(96 + i), 0, 0}), 16),
-			PodCIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i), 0, 0}), 16),
-			dir:         filepath.Join(cs.Dir, name),
-			ca:          ca,
-			bins:        bins,
-			network:     cs.Network,
+		families := opts.IPFamilies
+		switch {
+		case i == 0:
+			families = IPv4Only
+		case i-1 < len(opts.MemberIPFamilies):
+			families = opts.MemberIPFamilies[i-1]
 		}
+		c := &Cluster{
+			Name:       name,
+			Index:      i,
+			IPFamilies: slices.Clone(families),
+			dir:        filepath.Join(cs.Dir, name),
+			ca:         ca,
+			bins:       bins,
+			network:    cs.Network,
+		}
+		for _, f := range families {
+			if f == corev1.IPv6Protocol {
+				c.ServiceCIDRs = append(c.ServiceCIDRs, serviceCIDRv6(i))
+				c.PodCIDRs = append(c.PodCIDRs, podCIDRv6(i))
+			} else {
+				c.ServiceCIDRs = append(c.ServiceCIDRs, serviceCIDRv4(i))
+				c.PodCIDRs = append(c.PodCIDRs, podCIDRv4(i))
+			}
+		}
+		c.ServiceCIDR, c.PodCIDR = c.ServiceCIDRs[0], c.PodCIDRs[0]
 		if i == 0 {
 			cs.Broker = c
 		} else {

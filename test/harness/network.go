@@ -24,6 +24,10 @@ import (
 //	pods of cluster c    100.<64+c>.<node>.0/24 per node, 100.<64+c>.0.0/16 per cluster
 //	services of cluster c 100.<96+c>.0.0/16 (allocated by its API server)
 //	pod gateway          169.254.1.1 (on every node's loopback, answered by ARP)
+//
+// Nodes and pods of clusters with IPv6 get IPv6 addresses too (see
+// families.go), routed the same way: the node of an IPv6-only cluster has
+// only its IPv6 uplink address, a dual-stack node both.
 type Network struct {
 	prefix string
 	fabric *netns.NS
@@ -74,10 +78,14 @@ type Node struct {
 	Cluster *Cluster
 	// NS is the node's network namespace: pods' traffic is routed through it.
 	NS *netns.NS
-	// IP is the node's address on the fabric.
-	IP netip.Addr
-	// PodSubnet is where this node's pods get their addresses.
-	PodSubnet netip.Prefix
+	// IP is the node's address on the fabric, of its cluster's first IP
+	// family; IPs has one per family, in the cluster's order.
+	IP  netip.Addr
+	IPs []netip.Addr
+	// PodSubnet is where this node's pods get their addresses of the first
+	// family; PodSubnets has one per family.
+	PodSubnet  netip.Prefix
+	PodSubnets []netip.Prefix
 
 	mu      sync.Mutex
 	nextPod int
@@ -104,26 +112,43 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 		return nil, err
 	}
 	node := &Node{
-		Name:      name,
-		Cluster:   c,
-		NS:        ns,
-		IP:        netip.AddrFrom4([4]byte{100, 64, 0, byte(global)}),
-		PodSubnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + c.Index), byte(c.nodes), 0}), 24),
-		nextPod:   2,
-		pods:      map[string]*Pod{},
+		Name:    name,
+		Cluster: c,
+		NS:      ns,
+		nextPod: 2,
+		pods:    map[string]*Pod{},
 	}
+	for _, f := range c.IPFamilies {
+		if f == corev1.IPv6Protocol {
+			node.IPs = append(node.IPs, nodeIPv6(global))
+			node.PodSubnets = append(node.PodSubnets, podSubnetV6(c.Index, c.nodes))
+		} else {
+			node.IPs = append(node.IPs, netip.AddrFrom4([4]byte{100, 64, 0, byte(global)}))
+			node.PodSubnets = append(node.PodSubnets, podSubnetV4(c.Index, c.nodes))
+		}
+	}
+	node.IP, node.PodSubnet = node.IPs[0], node.PodSubnets[0]
 	if err := node.plumb(net); err != nil {
 		_ = ns.Delete()
 		return nil, fmt.Errorf("wiring node %s: %w", name, err)
 	}
+	// Each family's pod subnets are routed between the nodes that have
+	// that family, via their uplink addresses of the family.
 	for _, other := range net.nodes {
-		if _, err := other.NS.IP("route", "add", node.PodSubnet.String(), "via", node.IP.String()); err != nil {
-			_ = ns.Delete()
-			return nil, err
-		}
-		if _, err := ns.IP("route", "add", other.PodSubnet.String(), "via", other.IP.String()); err != nil {
-			_ = ns.Delete()
-			return nil, err
+		for k, ip := range node.IPs {
+			for j, otherIP := range other.IPs {
+				if ip.Is4() != otherIP.Is4() {
+					continue
+				}
+				if _, err := other.NS.IP("route", "add", node.PodSubnets[k].String(), "via", ip.String()); err != nil {
+					_ = ns.Delete()
+					return nil, err
+				}
+				if _, err := ns.IP("route", "add", other.PodSubnets[j].String(), "via", otherIP.String()); err != nil {
+					_ = ns.Delete()
+					return nil, err
+				}
+			}
 		}
 	}
 	net.nodes = append(net.nodes, node)
@@ -134,7 +159,10 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 			corev1.LabelTopologyZone:  c.Name + "-zone",
 			"mcsd.io/harness-cluster": c.Name,
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: node.PodSubnet.String(), PodCIDRs: []string{node.PodSubnet.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: node.PodSubnet.String()},
+	}
+	for _, s := range node.PodSubnets {
+		obj.Spec.PodCIDRs = append(obj.Spec.PodCIDRs, s.String())
 	}
 	created, err := c.Kube.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -143,7 +171,11 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating Node %s: %w", name, err)
 	}
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: node.IP.String()}, {Type: corev1.NodeHostName, Address: name}}
+	created.Status.Addresses = nil
+	for _, ip := range node.IPs {
+		created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
 	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "HarnessNode", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	if _, err := c.Kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return nil, fmt.Errorf("setting status of Node %s: %w", name, err)
@@ -164,20 +196,41 @@ func (node *Node) plumb(net *Network) error {
 			return err
 		}
 	}
-	for _, s := range [][]string{
-		{"addr", "add", node.IP.String() + "/24", "dev", "uplink"},
-		{"addr", "add", podGateway + "/32", "dev", "lo"},
-	} {
-		if _, err := node.NS.IP(s...); err != nil {
-			return err
-		}
-	}
-	for key, value := range map[string]string{
+	sysctls := map[string]string{
 		"net.ipv4.ip_forward":             "1",
 		"net.ipv4.conf.all.rp_filter":     "0",
 		"net.ipv4.conf.default.rp_filter": "0",
-	} {
+	}
+	var addrs [][]string
+	for _, ip := range node.IPs {
+		if ip.Is4() {
+			addrs = append(addrs,
+				[]string{"addr", "add", ip.String() + "/24", "dev", "uplink"},
+				[]string{"addr", "add", podGateway + "/32", "dev", "lo"})
+			continue
+		}
+		// No duplicate address detection: the addresses are unique by
+		// construction, and usable at once.
+		addrs = append(addrs, []string{"addr", "add", ip.String() + "/64", "dev", "uplink", "nodad"})
+		for key, value := range map[string]string{
+			"net.ipv6.conf.all.disable_ipv6":     "0",
+			"net.ipv6.conf.default.disable_ipv6": "0",
+			"net.ipv6.conf.all.forwarding":       "1",
+			"net.ipv6.conf.default.forwarding":   "1",
+			"net.ipv6.conf.all.accept_dad":       "0",
+			"net.ipv6.conf.default.accept_dad":   "0",
+		} {
+			sysctls[key] = value
+		}
+	}
+	// Sysctls first: the "default" ones apply to the pod veths made later.
+	for key, value := range sysctls {
 		if err := node.NS.Sysctl(key, value); err != nil {
+			return err
+		}
+	}
+	for _, s := range addrs {
+		if _, err := node.NS.IP(s...); err != nil {
 			return err
 		}
 	}

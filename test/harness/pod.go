@@ -35,15 +35,18 @@ type PodSpec struct {
 	NotReady bool
 }
 
-// Pod is a network namespace with an address from its node's pod subnet, an
-// echo server on each of its ports, and the Pod object whose status the
-// harness writes as a kubelet would (Running, Ready, podIP), so the
-// EndpointSlice controller publishes it.
+// Pod is a network namespace with an address from each of its node's pod
+// subnets, an echo server on each of its ports and addresses, and the Pod
+// object whose status the harness writes as a kubelet would (Running,
+// Ready, podIPs), so the EndpointSlice controller publishes it.
 type Pod struct {
 	Namespace, Name string
-	IP              netip.Addr
-	Node            *Node
-	NS              *netns.NS
+	// IP is the pod's address of its cluster's first IP family; IPs has
+	// one per family, in the cluster's order.
+	IP   netip.Addr
+	IPs  []netip.Addr
+	Node *Node
+	NS   *netns.NS
 
 	hostVeth string
 	servers  []*echo.Server
@@ -70,15 +73,16 @@ func (node *Node) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	node.nextPod++
 	node.mu.Unlock()
 
-	subnet := node.PodSubnet.Addr().As4()
-	subnet[3] = byte(seq)
 	p := &Pod{
 		Namespace: spec.Namespace,
 		Name:      spec.Name,
-		IP:        netip.AddrFrom4(subnet),
 		Node:      node,
 		hostVeth:  "p" + strconv.Itoa(seq),
 	}
+	for _, subnet := range node.PodSubnets {
+		p.IPs = append(p.IPs, podAddr(subnet, seq))
+	}
+	p.IP = p.IPs[0]
 	ns, err := netns.New(fmt.Sprintf("%sp%d", node.NS.Name, seq))
 	if err != nil {
 		return nil, err
@@ -88,21 +92,25 @@ func (node *Node) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 		p.teardown()
 		return nil, fmt.Errorf("wiring pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
-	id := echo.Identity{IP: p.IP.String(), Cluster: node.Cluster.Name, Pod: spec.Name}
-	for _, port := range spec.Ports {
-		addr := net.JoinHostPort(p.IP.String(), strconv.Itoa(int(port)))
-		tcp, err := ns.Listen("tcp", addr)
-		if err != nil {
-			p.teardown()
-			return nil, err
+	// One echo server per address and port: each answers with the
+	// address it was reached on.
+	for _, ip := range p.IPs {
+		id := echo.Identity{IP: ip.String(), Cluster: node.Cluster.Name, Pod: spec.Name}
+		for _, port := range spec.Ports {
+			addr := net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
+			tcp, err := ns.Listen("tcp", addr)
+			if err != nil {
+				p.teardown()
+				return nil, err
+			}
+			udp, err := ns.ListenPacket("udp", addr)
+			if err != nil {
+				tcp.Close()
+				p.teardown()
+				return nil, err
+			}
+			p.servers = append(p.servers, echo.Serve(id, tcp, udp))
 		}
-		udp, err := ns.ListenPacket("udp", addr)
-		if err != nil {
-			tcp.Close()
-			p.teardown()
-			return nil, err
-		}
-		p.servers = append(p.servers, echo.Serve(id, tcp, udp))
 	}
 	node.mu.Lock()
 	node.pods[spec.Namespace+"/"+spec.Name] = p
@@ -116,20 +124,61 @@ func (node *Node) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 }
 
 func (p *Pod) plumb() error {
+	if p.IP6() {
+		// Before the veth exists, so that its pod end takes the defaults.
+		for key, value := range map[string]string{
+			"net.ipv6.conf.all.disable_ipv6":     "0",
+			"net.ipv6.conf.default.disable_ipv6": "0",
+			"net.ipv6.conf.all.accept_dad":       "0",
+			"net.ipv6.conf.default.accept_dad":   "0",
+		} {
+			if err := p.NS.Sysctl(key, value); err != nil {
+				return err
+			}
+		}
+	}
 	if err := netns.Veth(p.Node.NS, p.hostVeth, p.NS, "eth0"); err != nil {
 		return err
 	}
-	for _, s := range [][]string{
-		{"addr", "add", p.IP.String() + "/32", "dev", "eth0"},
-		{"route", "add", podGateway, "dev", "eth0", "scope", "link"},
-		{"route", "add", "default", "via", podGateway, "dev", "eth0"},
-	} {
-		if _, err := p.NS.IP(s...); err != nil {
+	for _, ip := range p.IPs {
+		var pod [][]string
+		var node []string
+		if ip.Is4() {
+			pod = [][]string{
+				{"addr", "add", ip.String() + "/32", "dev", "eth0"},
+				{"route", "add", podGateway, "dev", "eth0", "scope", "link"},
+				{"route", "add", "default", "via", podGateway, "dev", "eth0"},
+			}
+			node = []string{"route", "add", ip.String() + "/32", "dev", p.hostVeth}
+		} else {
+			// The node's end of the veth answers for the link-local
+			// gateway, as Calico's does; the node routes the pod's
+			// address into the veth.
+			if _, err := p.Node.NS.IP("-6", "addr", "add", podGateway6+"/64", "dev", p.hostVeth, "nodad"); err != nil {
+				return err
+			}
+			pod = [][]string{
+				{"-6", "addr", "add", ip.String() + "/128", "dev", "eth0", "nodad"},
+				{"-6", "route", "add", "default", "via", podGateway6, "dev", "eth0"},
+			}
+			node = []string{"-6", "route", "add", ip.String() + "/128", "dev", p.hostVeth}
+		}
+		for _, s := range pod {
+			if _, err := p.NS.IP(s...); err != nil {
+				return err
+			}
+		}
+		if _, err := p.Node.NS.IP(node...); err != nil {
 			return err
 		}
 	}
-	_, err := p.Node.NS.IP("route", "add", p.IP.String()+"/32", "dev", p.hostVeth)
-	return err
+	return nil
+}
+
+// IP6 says whether the pod has an IPv6 address.
+func (p *Pod) IP6() bool {
+	_, ok := p.IPOf(corev1.IPv6Protocol)
+	return ok
 }
 
 // publish creates the Pod object and writes the status a kubelet would.
@@ -171,12 +220,20 @@ func (p *Pod) publish(ctx context.Context, spec PodSpec) error {
 		return fmt.Errorf("creating Pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
 	now := metav1.Now()
+	var hostIPs []corev1.HostIP
+	for _, ip := range p.Node.IPs {
+		hostIPs = append(hostIPs, corev1.HostIP{IP: ip.String()})
+	}
+	var podIPs []corev1.PodIP
+	for _, ip := range p.IPs {
+		podIPs = append(podIPs, corev1.PodIP{IP: ip.String()})
+	}
 	created.Status = corev1.PodStatus{
 		Phase:     corev1.PodRunning,
 		HostIP:    p.Node.IP.String(),
-		HostIPs:   []corev1.HostIP{{IP: p.Node.IP.String()}},
+		HostIPs:   hostIPs,
 		PodIP:     p.IP.String(),
-		PodIPs:    []corev1.PodIP{{IP: p.IP.String()}},
+		PodIPs:    podIPs,
 		StartTime: &now,
 		Conditions: []corev1.PodCondition{
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
