@@ -3,6 +3,7 @@ package importer_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestImporterIPFamilyNotSupported(t *testing.T) {
 		}
 	})
 
-	t.Run("step 2: made dual-stack, the service is imported into the IPv4-only cluster over IPv4", func(t *testing.T) {
+	t.Run("step 2: made dual-stack, the service is imported into the IPv4-only cluster over IPv4 only", func(t *testing.T) {
 		e.t = t
 		svc, err := dual.Kube.CoreV1().Services("app").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
@@ -94,17 +95,24 @@ func TestImporterIPFamilyNotSupported(t *testing.T) {
 		if _, err := dual.Kube.CoreV1().Services("app").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		si := e.imported(v4, "app", "web", time.Minute, "ready with a ClusterSetIP per family", func(si *mcsv1beta1.ServiceImport) bool {
-			return len(si.Spec.IPs) == 2 && readyIs(si, metav1.ConditionTrue, "Ready")
+		// The IPv4-only cluster takes the IPv4 half only: its ClusterSetIP,
+		// its family and its EndpointSlices.
+		si := e.imported(v4, "app", "web", time.Minute, "ready with its IPv4 ClusterSetIP only", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Spec.IPs) == 1 && readyIs(si, metav1.ConditionTrue, "Ready")
 		})
-		if !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}) {
-			t.Fatalf("%s: families %v, want IPv6, IPv4", v4.ID, si.Spec.IPFamilies)
+		if ip := netip.MustParseAddr(si.Spec.IPs[0]); !ip.Is4() || !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) {
+			t.Fatalf("%s: IPs %v, families %v, want one IPv4 ClusterSetIP", v4.ID, si.Spec.IPs, si.Spec.IPFamilies)
 		}
-		items := e.endpointsBySource(v4, "app", "web", time.Minute, map[string][]string{dual.ID: {v4Addr.String(), v6Addr.String()}})
+		items := e.endpointsBySource(v4, "app", "web", time.Minute, map[string][]string{dual.ID: {v4Addr.String()}})
 		for _, s := range items {
-			if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			if s.AddressType != discoveryv1.AddressTypeIPv4 {
 				t.Fatalf("%s: slice %s of address type %s", v4.ID, s.Name, s.AddressType)
 			}
 		}
+		// The dual-stack cluster takes both.
+		e.imported(dual, "app", "web", time.Minute, "ready with a ClusterSetIP per family", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Spec.IPs) == 2 && readyIs(si, metav1.ConditionTrue, "Ready")
+		})
+		e.endpointsBySource(dual, "app", "web", time.Minute, map[string][]string{dual.ID: {v4Addr.String(), v6Addr.String()}})
 	})
 }

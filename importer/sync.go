@@ -64,6 +64,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		// Nothing here could reach the service: its ServiceImport says so
 		// and carries no ClusterSetIP, and it gets no EndpointSlices.
 		res.Spec.IPs, res.MissingVIPFamilies = nil, nil
+	} else {
+		// A family this cluster does not serve gets no ClusterSetIP here
+		// (nor EndpointSlices, below): DNS never hands out an address of
+		// it, and the service is not held Pending for it.
+		res.Spec.IPFamilies = servedFamilies(res.Spec.IPFamilies, c.cfg.IPFamilies)
+		res.Spec.IPs = servedIPs(res.Spec.IPs, c.cfg.IPFamilies)
+		res.MissingVIPFamilies = servedFamilies(res.MissingVIPFamilies, c.cfg.IPFamilies)
 	}
 	si, err = c.writeServiceImport(ctx, si, namespace, name, res)
 	if err != nil {
@@ -80,6 +87,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	rejected = append(rejected, dropped...)
 	if !served {
 		sources = nil
+	}
+	for i := range sources {
+		sources[i].slices = servedSlices(sources[i].slices, c.cfg.IPFamilies)
 	}
 	fresh := c.noteRejections(ctx, key, rejected)
 	// The slices and the status are independent writes: made at once.
@@ -141,21 +151,6 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 		})
 	}
 	return exports, nil
-}
-
-// familiesServed says whether a cluster serving the local IP families can
-// reach a service of the given ones: it serves one of them, or the
-// families of either side are not known.
-func familiesServed(service, local []corev1.IPFamily) bool {
-	if len(service) == 0 || len(local) == 0 {
-		return true
-	}
-	for _, f := range service {
-		if slices.Contains(local, f) {
-			return true
-		}
-	}
-	return false
 }
 
 // namespaceDenied reports whether services of namespace are never
