@@ -199,7 +199,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
 	proxierFlags.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
-	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families the proxier programs")
+	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families this cluster serves: the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported)")
 	proxierFlags.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
 	proxierFlags.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	proxierFlags.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
