@@ -139,6 +139,10 @@ func (s *Server) serve(ctx context.Context, pcs []net.PacketConn, ln net.Listene
 	}
 	running := 1 + readers*len(pcs)
 	errc := make(chan error, running)
+	// The sockets are bound: queries are answered from here on (the kernel
+	// queues them until a reader takes them), so the server is serving
+	// before its first reader can answer one.
+	s.serving.Store(true)
 	tcp := newTCPListener(s, ln)
 	go func() { errc <- tcp.serve() }()
 	for _, pc := range pcs {
@@ -151,8 +155,6 @@ func (s *Server) serve(ctx context.Context, pcs []net.PacketConn, ln net.Listene
 			}
 		}
 	}
-	// The sockets are bound: queries are answered from here on.
-	s.serving.Store(true)
 	s.logger.Info("Serving DNS", "zone", s.cfg.Zone, "udp", pcs[0].LocalAddr(), "udpSockets", len(pcs), "tcp", ln.Addr())
 
 	var err error
