@@ -462,15 +462,13 @@ func (c *Controller) onRecord(old, cur any) {
 	}
 }
 
-// holdingOf is a broker record's hold on its VIPs; a record that does not
-// decode still holds them, judged by its labels and the broker's time.
+// holdingOf is a broker record's hold on its VIPs, read from its labels and
+// precedence alone: every record of the clusterset passes here, and most
+// hold no VIP this exporter weighs.
 func holdingOf(si *mcsv1beta1.ServiceImport) clustersetip.Holding {
-	if e, err := record.Decode(si); err == nil {
-		return clustersetip.HoldingOf(e)
-	}
 	return clustersetip.Holding{
 		Cluster: si.Labels[record.LabelSourceCluster],
 		Service: record.ServiceKey(si.Labels[record.LabelServiceNamespace], si.Labels[record.LabelServiceName]),
-		Created: si.CreationTimestamp.Time,
+		Created: record.Precedence(si).Time,
 	}
 }

@@ -560,6 +560,9 @@ func TestDecodeBoundsPrecedenceByWhatTheBrokerWitnessed(t *testing.T) {
 			if !got.Created.Time.Equal(tc.wantCreated) {
 				t.Fatalf("created %v, want %v", got.Created, tc.wantCreated)
 			}
+			if p := Precedence(si); !p.Time.Equal(tc.wantCreated) {
+				t.Fatalf("Precedence %v, want what Decode gives, %v", p, tc.wantCreated)
+			}
 		})
 	}
 	t.Run("a forged old declaration does not beat an export the broker saw first", func(t *testing.T) {
