@@ -12,12 +12,6 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 )
 
-// EndpointSliceSelector selects MCS EndpointSlices: those with both MCS
-// labels. Give it to the kube informer factory passed to Run
-// (informers.WithTweakListOptions) so that it caches only MCS slices; slices
-// without the labels are ignored either way.
-const EndpointSliceSelector = mcsv1beta1.LabelServiceName + "," + mcsv1beta1.LabelSourceCluster
-
 // Run feeds the Index from the ServiceImport informer of mcs and the
 // EndpointSlice informer of kube: it adds its event handlers, starts the
 // factories (starting an already started factory is harmless), waits until

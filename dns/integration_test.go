@@ -17,6 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
 
@@ -34,7 +35,7 @@ func TestServeFromAPIServer(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig())
 	mcsFactory := mcsinformers.NewSharedInformerFactory(member.MCS, 0)
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(member.Kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = EndpointSliceSelector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsslice.Selector }))
 	var indexes []*Index
 	var ts []*testServer
 	for _, lo := range loopbacks {

@@ -25,8 +25,8 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
-	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
@@ -276,7 +276,7 @@ func BenchmarkImportAtScale(b *testing.B) {
 				readyImports++
 			}
 		}
-		sl, err := m.Kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager})
+		sl, err := m.Kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsslice.Manager})
 		if err != nil {
 			b.Fatal(err)
 		}

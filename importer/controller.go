@@ -35,13 +35,8 @@ import (
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
 	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/internal/worker"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
-
-// EndpointSliceManager is the endpointslice.kubernetes.io/managed-by value
-// of the MCS EndpointSlices the importer writes in member clusters. It is
-// not the core controller's, so the EndpointSlice controller leaves them
-// alone.
-const EndpointSliceManager = "importer.mcsd.io"
 
 // Config is what the importer needs. Clients of the broker read every
 // cluster's records; clients of the local cluster write ServiceImports and
@@ -88,7 +83,7 @@ type Config struct {
 	// the local cluster that the importer shares with the rest of its
 	// process (mcsd's data plane) instead of caching the same objects
 	// twice: every namespace's ServiceImports, and EndpointSlices selected
-	// by SharedSliceSelector. Their owner sets their transforms (to
+	// by mcsslice.ImporterSelector. Their owner sets their transforms (to
 	// trim.ManagedFields) and starts them; the importer adds its indexes
 	// and event handlers, and removes the handlers when it stops.
 	SharedImports mcsinformers.SharedInformerFactory
@@ -126,12 +121,6 @@ type Config struct {
 // Config.DeniedNamespaces is nil: no member may place a ServiceImport or
 // endpoints among the cluster's own system services.
 var DefaultDeniedNamespaces = []string{"kube-system"}
-
-// SharedSliceSelector selects the EndpointSlices the importer writes, as a
-// shared informer (Config.SharedSlices) must: its managed-by and both MCS
-// labels, which the data plane selects on too.
-var SharedSliceSelector = labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String() +
-	"," + mcsv1beta1.LabelServiceName + "," + mcsv1beta1.LabelSourceCluster
 
 // DefaultLivenessNamespace is where the liveness ConfigMap goes when
 // Config.LivenessNamespace is empty: the namespace mcsd's manifests run it in.
@@ -328,7 +317,7 @@ func New(cfg Config) (*Controller, error) {
 	ownsLocal := c.localSlices == nil || c.localMCS == nil
 	if ownsLocal {
 		c.localSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Local, cfg.ResyncPeriod,
-			informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: EndpointSliceManager}).String())))
+			informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: mcsslice.Manager}).String())))
 		c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
 	}
 

@@ -3,17 +3,12 @@ package importer
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -22,7 +17,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
-	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // source is one live contributing cluster's part of a service: its export
@@ -43,7 +38,7 @@ type source struct {
 // cluster's broker endpoints, endpoints with the same ports together, at
 // most endpointgroup.MaxPerSlice per slice. Each slice holds one cluster's
 // endpoints only, names it in multicluster.kubernetes.io/source-cluster,
-// is owned by the ServiceImport and says in proxier.ServicePortsAnnotation
+// is owned by the ServiceImport and says in mcsslice.ServicePortsAnnotation
 // which port numbers that cluster's Service has. The result is
 // deterministic, so an unchanged service yields unchanged slices.
 func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv1.EndpointSlice {
@@ -64,7 +59,7 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 	var out []*discoveryv1.EndpointSlice
 	for _, src := range ordered {
 		cluster := src.export.Cluster
-		ports := proxier.ServicePorts{}
+		ports := mcsslice.ServicePorts{}
 		for _, p := range src.export.Ports {
 			ports.Add(p.Name, p.Protocol, p.Port)
 		}
@@ -87,10 +82,10 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 			for _, eps := range g.Chunks() {
 				out = append(out, &discoveryv1.EndpointSlice{
 					ObjectMeta: metav1.ObjectMeta{
-						Name:            SliceName(si.Name, cluster, g.Family, index[g.Family]),
+						Name:            mcsslice.Name(si.Name, cluster, g.Family, index[g.Family]),
 						Namespace:       si.Namespace,
-						Labels:          sliceLabels(si.Name, cluster),
-						Annotations:     map[string]string{proxier.ServicePortsAnnotation: portsValue},
+						Labels:          mcsslice.Labels(si.Name, cluster),
+						Annotations:     map[string]string{mcsslice.ServicePortsAnnotation: portsValue},
 						OwnerReferences: []metav1.OwnerReference{owner},
 					},
 					AddressType: g.Family,
@@ -102,50 +97,6 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 		}
 	}
 	return out
-}
-
-// SliceName is the name of the index-th local EndpointSlice holding
-// cluster's endpoints of the service in one address family:
-// "<service>.<cluster>.<family>-<index>", for example "cart.east.ipv4-0".
-// Service names and cluster IDs are RFC 1123 labels without dots, so the
-// name is unique in the namespace and never equals a core EndpointSlice's
-// ("<service>-<random>"). Should it not be a valid name, it is a readable
-// prefix and a hash of the parts instead.
-func SliceName(service, cluster string, family discoveryv1.AddressType, index int) string {
-	suffix := strings.ToLower(string(family)) + "-" + strconv.Itoa(index)
-	name := service + "." + cluster + "." + suffix
-	if len(validation.IsDNS1123Label(service)) == 0 && len(validation.IsDNS1123Label(cluster)) == 0 &&
-		len(validation.IsDNS1123Subdomain(name)) == 0 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(service + "\x00" + cluster + "\x00" + suffix))
-	var b strings.Builder
-	for _, r := range strings.ToLower(service + "-" + cluster) {
-		if b.Len() >= 100 {
-			break
-		}
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('-')
-		}
-	}
-	prefix := strings.Trim(b.String(), "-")
-	if prefix != "" {
-		prefix += "-"
-	}
-	return prefix + hex.EncodeToString(sum[:])[:40] + "-" + suffix
-}
-
-// sliceLabels are the labels of a local MCS EndpointSlice: the two
-// mcs-api labels and the importer's managed-by, never
-// kubernetes.io/service-name (kube-proxy must not take it for a Service's).
-func sliceLabels(service, cluster string) map[string]string {
-	return map[string]string{
-		mcsv1beta1.LabelServiceName:   service,
-		mcsv1beta1.LabelSourceCluster: cluster,
-		discoveryv1.LabelManagedBy:    EndpointSliceManager,
-	}
 }
 
 func addressType(f corev1.IPFamily) discoveryv1.AddressType {

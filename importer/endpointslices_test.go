@@ -12,13 +12,12 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 func serviceImport(families ...corev1.IPFamily) *mcsv1beta1.ServiceImport {
@@ -86,7 +85,7 @@ func TestDesiredSlices(t *testing.T) {
 				t.Errorf("%s: namespace %q", s.Name, s.Namespace)
 			}
 			if s.Labels[mcsv1beta1.LabelServiceName] != "cart" || s.Labels[mcsv1beta1.LabelSourceCluster] != cluster ||
-				s.Labels[discoveryv1.LabelManagedBy] != EndpointSliceManager {
+				s.Labels[discoveryv1.LabelManagedBy] != mcsslice.Manager {
 				t.Errorf("%s: labels %v", s.Name, s.Labels)
 			}
 			if _, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
@@ -95,7 +94,7 @@ func TestDesiredSlices(t *testing.T) {
 			if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != "uid-1" || s.OwnerReferences[0].Kind != "ServiceImport" || !ptr.Deref(s.OwnerReferences[0].Controller, false) {
 				t.Errorf("%s: owner references %+v", s.Name, s.OwnerReferences)
 			}
-			ports, err := proxier.DecodeServicePorts(s.Annotations[proxier.ServicePortsAnnotation])
+			ports, err := mcsslice.DecodeServicePorts(s.Annotations[mcsslice.ServicePortsAnnotation])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,24 +197,6 @@ func TestDesiredSlices(t *testing.T) {
 	})
 }
 
-func TestSliceName(t *testing.T) {
-	if got := SliceName("cart", "east", discoveryv1.AddressTypeIPv6, 2); got != "cart.east.ipv6-2" {
-		t.Fatalf("SliceName = %q", got)
-	}
-	// Names joined with dashes could collide ("a-b"+"c" vs "a"+"b-c");
-	// dots cannot appear in either part.
-	if SliceName("a-b", "c", discoveryv1.AddressTypeIPv4, 0) == SliceName("a", "b-c", discoveryv1.AddressTypeIPv4, 0) {
-		t.Fatal("different services and clusters share a slice name")
-	}
-	odd := SliceName("Not_A_Label", "east", discoveryv1.AddressTypeIPv4, 0)
-	if errs := validation.IsDNS1123Subdomain(odd); len(errs) > 0 || strings.Contains(odd, ".") {
-		t.Fatalf("fallback name %q: %v", odd, errs)
-	}
-	if odd == SliceName("not-a-label", "east", discoveryv1.AddressTypeIPv4, 0) {
-		t.Fatal("the hashed name equals a joined one")
-	}
-}
-
 func TestSliceUpToDate(t *testing.T) {
 	want := desiredSlices(serviceImport(corev1.IPv4Protocol), []source{{
 		export: exportOf("east", mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}),
@@ -232,7 +213,7 @@ func TestSliceUpToDate(t *testing.T) {
 		"an endpoint removed":            func(s *discoveryv1.EndpointSlice) { s.Endpoints = nil },
 		"kubernetes.io/service-name set": func(s *discoveryv1.EndpointSlice) { s.Labels[discoveryv1.LabelServiceName] = "cart" },
 		"managed-by changed":             func(s *discoveryv1.EndpointSlice) { s.Labels[discoveryv1.LabelManagedBy] = "someone" },
-		"service ports changed":          func(s *discoveryv1.EndpointSlice) { s.Annotations[proxier.ServicePortsAnnotation] = "{}" },
+		"service ports changed":          func(s *discoveryv1.EndpointSlice) { s.Annotations[mcsslice.ServicePortsAnnotation] = "{}" },
 		"owner removed":                  func(s *discoveryv1.EndpointSlice) { s.OwnerReferences = nil },
 		"target port changed":            func(s *discoveryv1.EndpointSlice) { s.Ports[0].Port = ptr.To[int32](1) },
 	} {
@@ -246,7 +227,7 @@ func TestSliceUpToDate(t *testing.T) {
 
 func TestATrimmedOwnSliceComparesAsTheWholeOne(t *testing.T) {
 	whole := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart.east.ipv4-0", Labels: sliceLabels("cart", "east"),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart.east.ipv4-0", Labels: mcsslice.Labels("cart", "east"),
 			Annotations: map[string]string{"mcsd.io/service-ports": `{"http/TCP":80}`}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},

@@ -28,7 +28,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/liveness"
-	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/hold"
@@ -413,10 +413,10 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			}
 			items := e.endpointsBySource(m, "app", "web", minute, map[string][]string{c1.ID: {webPods[c1.ID]}})
 			s := items[0]
-			if len(items) != 1 || s.Name != importer.SliceName("web", c1.ID, discoveryv1.AddressTypeIPv4, 0) || s.AddressType != discoveryv1.AddressTypeIPv4 {
+			if len(items) != 1 || s.Name != mcsslice.Name("web", c1.ID, discoveryv1.AddressTypeIPv4, 0) || s.AddressType != discoveryv1.AddressTypeIPv4 {
 				t.Fatalf("%s: slices %v", m.ID, items)
 			}
-			if s.Labels[discoveryv1.LabelManagedBy] != importer.EndpointSliceManager || s.Labels[mcsv1beta1.LabelServiceName] != "web" {
+			if s.Labels[discoveryv1.LabelManagedBy] != mcsslice.Manager || s.Labels[mcsv1beta1.LabelServiceName] != "web" {
 				t.Fatalf("%s: slice labels %v", m.ID, s.Labels)
 			}
 			if _, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
@@ -425,7 +425,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != si.UID || !ptr.Deref(s.OwnerReferences[0].Controller, false) {
 				t.Fatalf("%s: slice owners %+v, want the ServiceImport %s", m.ID, s.OwnerReferences, si.UID)
 			}
-			ports, err := proxier.DecodeServicePorts(s.Annotations[proxier.ServicePortsAnnotation])
+			ports, err := mcsslice.DecodeServicePorts(s.Annotations[mcsslice.ServicePortsAnnotation])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -467,7 +467,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			}
 			items := e.endpointsBySource(m, "app", "web", minute, map[string][]string{c1.ID: {webPods[c1.ID]}, c2.ID: {webPods[c2.ID]}})
 			for _, s := range items {
-				ports, _ := proxier.DecodeServicePorts(s.Annotations[proxier.ServicePortsAnnotation])
+				ports, _ := mcsslice.DecodeServicePorts(s.Annotations[mcsslice.ServicePortsAnnotation])
 				want := map[string]int32{c1.ID: 80, c2.ID: 8000}[s.Labels[mcsv1beta1.LabelSourceCluster]]
 				if p, _ := ports.Lookup("http", corev1.ProtocolTCP); p != want {
 					t.Fatalf("%s: slice %s says http is on %d, want %d", m.ID, s.Name, p, want)
@@ -552,7 +552,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			t.Fatalf("a label the importer does not own was removed: %v", after.Labels)
 		}
 
-		name := importer.SliceName("web", c1.ID, discoveryv1.AddressTypeIPv4, 0)
+		name := mcsslice.Name("web", c1.ID, discoveryv1.AddressTypeIPv4, 0)
 		s, err := c3.Kube.DiscoveryV1().EndpointSlices("app").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -808,7 +808,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 				// An outage changes nothing about a service: not one write.
 				s["serviceimport/"+si.Name] = string(si.UID) + "@" + si.ResourceVersion
 			}
-			list, err := m.Kube.DiscoveryV1().EndpointSlices("app").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager})
+			list, err := m.Kube.DiscoveryV1().EndpointSlices("app").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsslice.Manager})
 			if err != nil {
 				t.Fatal(err)
 			}

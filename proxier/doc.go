@@ -11,8 +11,8 @@
 // each built-in chain it hooks. Both modes share the change tracking, the
 // choice of endpoints, the VIP report, conntrack cleanup and metrics. It
 // reads nothing from the API server itself, and it must not depend on mcsd's
-// exporter, importer or dns packages; the importer depends on it instead,
-// for the EndpointSlice contract ([ServicePortsAnnotation]).
+// exporter, importer or dns packages: the contract on the EndpointSlices it
+// reads, which the importer writes, is package mcsslice's.
 //
 // See README.md in this directory for the netfilter hooks used, the rules
 // written, and the contract on MCS EndpointSlices.

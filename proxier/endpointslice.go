@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mcsd-io/mcsd/mcsslice"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,11 +20,11 @@ type sliceInfo struct {
 	name string
 	// cluster is the slice's source cluster.
 	cluster string
-	// servicePorts is the decoded ServicePortsAnnotation: nil when the slice
+	// servicePorts is the decoded mcsslice.ServicePortsAnnotation: nil when the slice
 	// has none (it serves every port it names), empty when it could not be
 	// decoded (it serves none).
-	servicePorts ServicePorts
-	// targetPorts maps ServicePortKey(name, protocol) to the endpoints' port.
+	servicePorts mcsslice.ServicePorts
+	// targetPorts maps mcsslice.ServicePortKey(name, protocol) to the endpoints' port.
 	targetPorts map[string]int32
 	endpoints   []sliceEndpoint
 }
@@ -53,10 +54,10 @@ func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *s
 		cluster:     slice.Labels[mcsv1beta1.LabelSourceCluster],
 		targetPorts: map[string]int32{},
 	}
-	if value, found := slice.Annotations[ServicePortsAnnotation]; found {
-		info.servicePorts, decodeErr = DecodeServicePorts(value)
+	if value, found := slice.Annotations[mcsslice.ServicePortsAnnotation]; found {
+		info.servicePorts, decodeErr = mcsslice.DecodeServicePorts(value)
 		if decodeErr != nil {
-			info.servicePorts = ServicePorts{}
+			info.servicePorts = mcsslice.ServicePorts{}
 		}
 	}
 	for _, p := range slice.Ports {
@@ -70,7 +71,7 @@ func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *s
 		if p.Protocol != nil {
 			protocol = *p.Protocol
 		}
-		info.targetPorts[ServicePortKey(name, protocol)] = *p.Port
+		info.targetPorts[mcsslice.ServicePortKey(name, protocol)] = *p.Port
 	}
 	for _, ep := range slice.Endpoints {
 		if len(ep.Addresses) == 0 {
@@ -135,7 +136,7 @@ func (e endpoint) String() string {
 // several slices (an endpoint moving between slices) counts once, ready if
 // any copy is. The result is sorted by address and port.
 func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
-	key := ServicePortKey(p.name, p.protocol)
+	key := mcsslice.ServicePortKey(p.name, p.protocol)
 	seen := map[string]int{}
 	var eps []endpoint
 	for _, s := range slices {

@@ -20,6 +20,7 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -33,14 +34,14 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}},
 		},
 	}
-	exported := proxier.ServicePorts{}
+	exported := mcsslice.ServicePorts{}
 	exported.Add("http", v1.ProtocolTCP, 80)
 	slice := func(cluster, ip string) *discoveryv1.EndpointSlice {
 		return &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: "shop", Name: "cart-" + cluster,
 				Labels:      map[string]string{mcsv1beta1.LabelServiceName: "cart", mcsv1beta1.LabelSourceCluster: cluster},
-				Annotations: map[string]string{proxier.ServicePortsAnnotation: exported.Encode()},
+				Annotations: map[string]string{mcsslice.ServicePortsAnnotation: exported.Encode()},
 			},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},

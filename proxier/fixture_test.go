@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -308,19 +309,19 @@ func newSlice(service, cluster string, ports []slicePort, eps ...discoveryv1.End
 		AddressType: addressType,
 		Endpoints:   eps,
 	}
-	exported := ServicePorts{}
+	exported := mcsslice.ServicePorts{}
 	for _, p := range ports {
 		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.name), Protocol: ptr.To(p.protocol), Port: ptr.To(p.targetPort)})
 		if p.servicePort != 0 {
 			exported.Add(p.name, p.protocol, p.servicePort)
 		}
 	}
-	s.Annotations[ServicePortsAnnotation] = exported.Encode()
+	s.Annotations[mcsslice.ServicePortsAnnotation] = exported.Encode()
 	return s
 }
 
 func withoutAnnotation(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	delete(s.Annotations, ServicePortsAnnotation)
+	delete(s.Annotations, mcsslice.ServicePortsAnnotation)
 	return s
 }
 

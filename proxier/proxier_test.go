@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
@@ -136,7 +137,7 @@ func TestBalancing(t *testing.T) {
 		t.Run("a slice with an invalid service-ports annotation serves nothing", func(t *testing.T) {
 			f := newFixture(t, v1.IPv4Protocol)
 			bad := newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.2.0.1"))
-			bad.Annotations[ServicePortsAnnotation] = `{"http":80}`
+			bad.Annotations[mcsslice.ServicePortsAnnotation] = `{"http":80}`
 			f.start(webImport(), bad)
 			if got := verdicts(f.trace(pkt(podClient, vip, "tcp", 80))); !slices.Equal(got, []string{"reject"}) {
 				t.Errorf("verdicts %v, want reject", got)

@@ -20,9 +20,9 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
-	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -46,9 +46,9 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 	// Only MCS slices: the core controller's are none of the data plane's
 	// business. When this daemon imports too, only those its importer
 	// writes, so that the importer shares this cache.
-	selector := dns.EndpointSliceSelector
+	selector := mcsslice.Selector
 	if o.runs(componentImporter) {
-		selector = importer.SharedSliceSelector
+		selector = mcsslice.ImporterSelector
 	}
 	dp := &dataPlane{
 		imports: mcsinformers.NewSharedInformerFactory(local.mcs, 0),

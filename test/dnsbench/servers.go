@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/clustersetip"
 	mcsdns "github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // The two servers, each a process of its own pinned to one core.
@@ -147,7 +148,7 @@ func serveMCSD(ctx context.Context, kubeconfig, listen string) error {
 		return err
 	}
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsdns.EndpointSliceSelector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsslice.Selector }))
 	errc := make(chan error, 2)
 	go func() { errc <- idx.Run(ctx, mcsinformers.NewSharedInformerFactory(mcs, 0), kubeFactory) }()
 	go func() { errc <- srv.Run(ctx) }()

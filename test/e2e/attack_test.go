@@ -28,6 +28,7 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/hold"
@@ -155,7 +156,7 @@ func (s *attackSite) view() (victimView, error) {
 // c's imported EndpointSlices of namespace/name.
 func importedAddresses(ctx context.Context, c *harness.Cluster, namespace, name string) (map[string][]string, error) {
 	list, err := c.Kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name + "," + discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name + "," + discoveryv1.LabelManagedBy + "=" + mcsslice.Manager,
 	})
 	if err != nil {
 		return nil, err

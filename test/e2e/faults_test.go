@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/hold"
@@ -167,7 +168,7 @@ func (s *faultSite) waitReach(vip netip.Addr, within time.Duration, clusters ...
 // addresses of cluster c's imported EndpointSlices of web.
 func (s *faultSite) importedEndpoints(c *harness.Cluster) (map[string][]string, error) {
 	list, err := c.Kube.DiscoveryV1().EndpointSlices(faultNamespace).List(s.ctx, metav1.ListOptions{
-		LabelSelector: mcsv1beta1.LabelServiceName + "=web," + discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+		LabelSelector: mcsv1beta1.LabelServiceName + "=web," + discoveryv1.LabelManagedBy + "=" + mcsslice.Manager,
 	})
 	if err != nil {
 		return nil, err

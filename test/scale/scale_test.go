@@ -25,8 +25,8 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
@@ -299,7 +299,7 @@ func waitImported(ctx context.Context, m *fixture.Member, sc scenario) error {
 			}
 			sl, err := m.Kube.DiscoveryV1().EndpointSlices(namespaceOf(i)).List(ctx, metav1.ListOptions{
 				ResourceVersion: "0",
-				LabelSelector:   discoveryv1.LabelManagedBy + "=" + importer.EndpointSliceManager,
+				LabelSelector:   discoveryv1.LabelManagedBy + "=" + mcsslice.Manager,
 			})
 			if err != nil {
 				return false, nil

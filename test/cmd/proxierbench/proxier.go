@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -68,7 +69,7 @@ func benchImport(name, vip string) *mcsv1beta1.ServiceImport {
 // benchSlice is the MCS EndpointSlice of one cluster's endpoints of an
 // import, shaped as the importer writes it.
 func benchSlice(service, cluster string, addrs []netip.Addr, target func(port int) int32) *discoveryv1.EndpointSlice {
-	sp := proxier.ServicePorts{}
+	sp := mcsslice.ServicePorts{}
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: benchNS,
@@ -84,7 +85,7 @@ func benchSlice(service, cluster string, addrs []netip.Addr, target func(port in
 		sp.Add(p.name, v1.ProtocolTCP, p.port)
 		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.name), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To(target(i))})
 	}
-	s.Annotations = map[string]string{proxier.ServicePortsAnnotation: sp.Encode()}
+	s.Annotations = map[string]string{mcsslice.ServicePortsAnnotation: sp.Encode()}
 	for _, a := range addrs {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})

@@ -1,4 +1,4 @@
-package proxier
+package mcsslice
 
 import (
 	"encoding/json"
