@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -21,55 +20,35 @@ type DualStack struct {
 
 var _ Provider = (*DualStack)(nil)
 
-// NewDualStack returns a proxier for both families from one Config. Its
-// IPFamily and NFTables fields are ignored (and in iptables mode, where
-// ipv4 and ipv6 are unused, each family uses [NewIPTables]): ipv4 and ipv6 are the nftables
-// interfaces of each family (nil: knftables.New on this host). The two
-// proxiers share cfg's Conntrack, Registerer (metrics carry an ip_family
-// label) and Health.
-func NewDualStack(cfg Config, ipv4, ipv6 knftables.Interface) (*DualStack, error) {
-	if cfg.Conntrack == nil {
-		ct, err := NewConntrack()
-		if err != nil {
-			return nil, fmt.Errorf("proxier: %w", err)
-		}
-		cfg.Conntrack = ct
+// NewDualStack returns a proxier for both families from one Config, as
+// [New] prepares the host for one. Each family gets its own kernel
+// interface, made on this host through cfg.InNetns: cfg's IPFamily is
+// ignored, and its NFTables and IPTables must be nil. The two proxiers
+// share cfg's Conntrack, RuleCounter, Registerer (metrics carry an
+// ip_family label) and Health.
+func NewDualStack(cfg Config) (*DualStack, error) {
+	if cfg.NFTables != nil || cfg.IPTables != nil {
+		return nil, fmt.Errorf("proxier: a dual-stack proxier makes each family's nftables or iptables; give a family's own to New")
 	}
-	cfg4, cfg6 := cfg, cfg
-	cfg4.IPFamily, cfg4.NFTables = v1.IPv4Protocol, ipv4
-	cfg6.IPFamily, cfg6.NFTables = v1.IPv6Protocol, ipv6
-	return newDualStack(cfg4, cfg6)
-}
-
-// NewDualStackIPTables is [NewDualStack] in iptables mode: ipv4 and ipv6
-// are the iptables and ip6tables to program (nil: [NewIPTables] on this
-// host), and cfg's Mode, IPFamily and IPTables are ignored.
-func NewDualStackIPTables(cfg Config, ipv4, ipv6 IPTables) (*DualStack, error) {
-	if cfg.Conntrack == nil {
-		ct, err := NewConntrack()
-		if err != nil {
-			return nil, fmt.Errorf("proxier: %w", err)
-		}
-		cfg.Conntrack = ct
-	}
-	cfg.Mode = ModeIPTables
-	cfg4, cfg6 := cfg, cfg
-	cfg4.IPFamily, cfg4.IPTables = v1.IPv4Protocol, ipv4
-	cfg6.IPFamily, cfg6.IPTables = v1.IPv6Protocol, ipv6
-	return newDualStack(cfg4, cfg6)
-}
-
-func newDualStack(cfg4, cfg6 Config) (*DualStack, error) {
-	p4, err := New(cfg4)
+	cfg, err := prepareHost(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p6, err := New(cfg6)
+	cfg4, cfg6 := cfg, cfg
+	cfg4.IPFamily, cfg6.IPFamily = v1.IPv4Protocol, v1.IPv6Protocol
+	p4, err := newProxier(cfg4)
+	if err != nil {
+		return nil, err
+	}
+	p6, err := newProxier(cfg6)
 	if err != nil {
 		return nil, err
 	}
 	return &DualStack{ipv4: p4, ipv6: p6}, nil
 }
+
+// Mode is the mode both families run in: [ModeAuto] resolved.
+func (d *DualStack) Mode() Mode { return d.ipv4.Mode() }
 
 // IPv4 is the proxier of the IPv4 family.
 func (d *DualStack) IPv4() *Proxier { return d.ipv4 }

@@ -73,6 +73,25 @@ func newFixture(t *testing.T, family v1.IPFamily, edit ...func(*Config)) *fixtur
 	return f
 }
 
+// fakeDualStack is a DualStack over two proxiers made by New from cfg, each
+// with the fakes its edit sets: what NewDualStack makes on a host.
+func fakeDualStack(t *testing.T, cfg Config, edit4, edit6 func(*Config)) *DualStack {
+	t.Helper()
+	cfg4, cfg6 := cfg, cfg
+	cfg4.IPFamily, cfg6.IPFamily = v1.IPv4Protocol, v1.IPv6Protocol
+	edit4(&cfg4)
+	edit6(&cfg6)
+	p4, err := New(cfg4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p6, err := New(cfg6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &DualStack{ipv4: p4, ipv6: p6}
+}
+
 // start delivers objects as an informer's initial list would, marks both
 // informers synced and runs the first sync, as the sync loop would.
 func (f *fixture) start(objects ...any) {
@@ -107,11 +126,16 @@ func (f *fixture) sync() {
 // failNextSync makes the next nftables transaction or iptables-restore
 // fail.
 func (f *fixture) failNextSync() {
-	if f.p.mode == ModeIPTables {
+	if f.p.Mode() == ModeIPTables {
 		f.ipt.failRestores = 1
 		return
 	}
-	f.p.nft = &failingNFT{Interface: f.nft, fail: true, once: true}
+	f.setNFT(&failingNFT{Interface: f.nft, fail: true, once: true})
+}
+
+// setNFT makes the nftables backend write through nft from now on.
+func (f *fixture) setNFT(nft knftables.Interface) {
+	f.p.backend.(*nftablesBackend).nft = nft
 }
 
 // fullSync makes the next sync a full one, as the periodic one is, and runs it.
@@ -123,7 +147,7 @@ func (f *fixture) fullSync() {
 
 // tracer is the nftables tracer; see trace for one of the fixture's mode.
 func (f *fixture) tracer() *tracer {
-	if f.p.mode != ModeNFTables {
+	if f.p.Mode() != ModeNFTables {
 		f.t.Fatal("the nftables tracer of a fixture in iptables mode")
 	}
 	return newTracer(f.t, f.nft.Fake)
@@ -133,7 +157,7 @@ func (f *fixture) tracer() *tracer {
 // outcome.
 func (f *fixture) trace(pkt packet) []outcome {
 	f.t.Helper()
-	if f.p.mode == ModeIPTables {
+	if f.p.Mode() == ModeIPTables {
 		return newIPTTracer(f.t, f.ipt).trace(pkt)
 	}
 	return f.tracer().trace(pkt)

@@ -45,21 +45,17 @@ type execIPTables struct {
 // iptables-restore and iptables-save commands on PATH (ip6tables... for
 // IPv6). Whichever variant the node's alternatives select, nft-backed
 // (Debian's default since 11) or legacy, works; the proxier uses only what
-// both support. The commands inherit the network namespace of the thread
-// that runs them.
-func NewIPTables(family v1.IPFamily) (IPTables, error) {
-	return NewIPTablesIn(family, func(fn func() error) error { return fn() })
-}
-
-// NewIPTablesIn is [NewIPTables] with every command started by fn called
-// through in: mcsd passes nsenter.Do bound to --netns, so that the commands
-// start on a thread inside the node's network namespace and program it.
-func NewIPTablesIn(family v1.IPFamily, in func(fn func() error) error) (IPTables, error) {
+// both support. Every command is started through inNetns (nil: on the
+// calling thread, in its network namespace), as [Config.InNetns].
+func NewIPTables(family v1.IPFamily, inNetns func(fn func() error) error) (IPTables, error) {
+	if inNetns == nil {
+		inNetns = func(fn func() error) error { return fn() }
+	}
 	base := "iptables"
 	if family == v1.IPv6Protocol {
 		base = "ip6tables"
 	}
-	e := &execIPTables{iptables: base, restore: base + "-restore", save: base + "-save", in: in}
+	e := &execIPTables{iptables: base, restore: base + "-restore", save: base + "-save", in: inNetns}
 	for _, cmd := range []string{e.iptables, e.restore, e.save} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			return nil, fmt.Errorf("%s is not on PATH (install the iptables package): %w", cmd, err)

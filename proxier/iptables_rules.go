@@ -123,7 +123,7 @@ type iptablesService struct {
 // nftables mode. It is a pure function of its inputs.
 func renderIPTables(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, o iptablesOptions) *renderedService {
 	ipt := &iptablesService{chains: map[string][]string{}}
-	r := &renderedService{vip: svc.vip, slots: map[portKey][]endpoint{}, iptables: ipt}
+	r := &renderedService{vip: svc.vip, slots: map[portKey][]endpoint{}, rules: ipt}
 	vip := svc.vip + o.hostMask()
 	name := svc.name.String()
 	for _, p := range svc.ports {

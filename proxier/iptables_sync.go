@@ -5,12 +5,15 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
 
-// syncIPTablesRules brings the iptables rules up to date with one
-// iptables-restore per table, in kube-proxy iptables mode's manner.
+// iptablesBackend is iptables mode, in kube-proxy iptables mode's manner:
+// one iptables-restore per table and sync.
 //
 // Every sync rewrites the chains that do not belong to one service
 // (MCSD-SERVICES in both tables among them: one rule per ClusterSetIP
@@ -23,145 +26,130 @@ import (
 // lists the proxier's chains once to delete those an earlier run left
 // behind. No other sync reads the kernel's rules: what was committed is kept
 // in memory.
-func (p *Proxier) syncIPTablesRules() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.initialized.Load() {
-		p.logger.V(2).Info("Not syncing iptables until ServiceImports and EndpointSlices have synced")
+type iptablesBackend struct {
+	family  v1.IPFamily
+	options iptablesOptions
+	ipt     IPTables
+	metrics *metrics
+	logger  klog.Logger
+	// jumpsWritten is set once the jumps from the built-in chains were
+	// first made sure of: one gone after that was removed by someone else.
+	jumpsWritten bool
+}
+
+// iptRules is r's iptables part; nil for nil.
+func iptRules(r *renderedService) *iptablesService {
+	if r == nil {
 		return nil
 	}
+	return r.rules.(*iptablesService)
+}
+
+func (b *iptablesBackend) mode() Mode { return ModeIPTables }
+
+// plan checks, once per sync period between full syncs, that the jump from
+// nat PREROUTING is still there; a full sync puts back what is gone.
+func (b *iptablesBackend) plan(kind syncKind, checkDue bool) (syncKind, bool) {
+	if kind != partialSync || !checkDue {
+		return kind, false
+	}
+	if !b.iptablesJumpPresent(context.Background()) {
+		return fullSync, true
+	}
+	return kind, true
+}
+
+func (b *iptablesBackend) kindName(kind syncKind) string {
+	return [...]string{partialSync: "partial", fullSync: "full", rewriteSync: "rewrite"}[kind]
+}
+
+// rendersAll: a full sync writes every chain, so it renders every service.
+func (b *iptablesBackend) rendersAll(kind syncKind) bool { return kind != partialSync }
+
+func (b *iptablesBackend) tidy(time.Time) error { return nil }
+
+func (b *iptablesBackend) render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, _ *renderedService) *renderedService {
+	return renderIPTables(svc, slices, pol, b.options)
+}
+
+// write restores the nat table, then the filter table: a port that gains
+// endpoints is DNATed before its reject goes, so no new connection is
+// refused on the way. A rewrite first lists the proxier's chains, to
+// delete an earlier run's; a full sync then makes sure of the jumps.
+func (b *iptablesBackend) write(s *syncWrite) error {
 	ctx := context.Background()
-	start := p.clock.Now()
-	rewrite := p.needRewrite
-	full := rewrite || start.Sub(p.lastFullSync) >= p.fullSyncPeriod
-	if !full && start.Sub(p.lastTableCheck) >= p.syncPeriod {
-		p.lastTableCheck = start
-		if !p.iptablesJumpPresent(ctx) {
-			full = true
-		}
-	}
-	changes := p.tracker.checkout()
-	changed := p.applyChanges(changes)
-	if !full && len(changed) == 0 {
-		p.synced()
-		return nil
-	}
-
-	names, renders := p.renderServices(changed, full, p.renderIPTables)
-
+	kind := b.kindName(s.kind)
 	var leftovers map[string][]string
-	if rewrite {
+	if s.kind == rewriteSync {
 		var err error
-		if leftovers, err = p.iptablesChains(ctx); err != nil {
-			return p.iptablesFailed(err, "rewrite")
+		if leftovers, err = b.iptablesChains(ctx); err != nil {
+			return b.failed(err, kind)
 		}
 	}
-	kind := "partial"
-	switch {
-	case rewrite:
-		kind = "rewrite"
-	case full:
-		kind = "full"
-	}
-	nat, filter := p.iptablesRestoreInput(names, renders, full, leftovers)
-	p.logger.V(2).Info("Syncing iptables rules", "sync", kind, "services", len(names), "natBytes", len(nat), "filterBytes", len(filter))
-	if logger := p.logger.V(9); logger.Enabled() {
+	nat := b.natInput(s, leftovers[iptablesNAT])
+	filter := b.filterInput(s, leftovers[iptablesFilter])
+	b.logger.V(2).Info("Syncing iptables rules", "sync", kind, "services", len(s.names), "natBytes", len(nat), "filterBytes", len(filter))
+	if logger := b.logger.V(9); logger.Enabled() {
 		logger.Info("Running iptables-restore", "nat", string(nat), "filter", string(filter))
 	}
-	// nat first: a port that gains endpoints is DNATed before its reject
-	// goes, so no new connection is refused on the way.
-	if err := p.ipt.Restore(ctx, iptablesNAT, nat); err != nil {
-		if logger := p.logger.V(4); logger.Enabled() {
-			logger.Info("Failed iptables-restore input", "table", iptablesNAT, "input", string(nat))
-		}
-		return p.iptablesFailed(err, kind)
-	}
-	if err := p.ipt.Restore(ctx, iptablesFilter, filter); err != nil {
-		if logger := p.logger.V(4); logger.Enabled() {
-			logger.Info("Failed iptables-restore input", "table", iptablesFilter, "input", string(filter))
-		}
-		return p.iptablesFailed(err, kind)
-	}
-	if full {
-		if err := p.ensureIPTablesJumps(ctx); err != nil {
-			return p.iptablesFailed(err, kind)
+	for _, t := range []struct {
+		table string
+		input []byte
+	}{{iptablesNAT, nat}, {iptablesFilter, filter}} {
+		if err := b.ipt.Restore(ctx, t.table, t.input); err != nil {
+			if logger := b.logger.V(4); logger.Enabled() {
+				logger.Info("Failed iptables-restore input", "table", t.table, "input", string(t.input))
+			}
+			return b.failed(err, kind)
 		}
 	}
-
-	p.commit(names, renders, full, start)
-
-	now := p.clock.Now()
-	p.observeSync(start, now, full, changes)
-	dropped := 0
-	for _, r := range p.committed {
-		dropped += r.iptables.dropped
+	if s.kind != partialSync {
+		if err := b.ensureIPTablesJumps(ctx); err != nil {
+			return b.failed(err, kind)
+		}
+		b.jumpsWritten = true
 	}
-	p.metrics.noLocalEndpoints.WithLabelValues("internal", string(p.family)).Set(float64(dropped))
-	p.synced()
-	p.logger.V(2).Info("Synced iptables rules", "sync", kind, "elapsed", now.Sub(start), "services", len(p.committed))
 	return nil
 }
 
-// renderIPTables computes a service's rules, or nil when it has none (see
-// render).
-func (p *Proxier) renderIPTables(name types.NamespacedName) *renderedService {
-	svc := p.services[name]
-	if svc == nil || !p.ownsVIP(name, svc) {
-		return nil
-	}
-	return renderIPTables(svc, p.slices[name], p.policy, p.iptOptions)
-}
-
-// iptablesFailed counts and logs a failed sync, and makes the next one a
-// rewrite: part of it may have applied.
-func (p *Proxier) iptablesFailed(err error, kind string) error {
-	p.logger.Error(err, "iptables sync failed; the next sync rewrites every chain", "sync", kind)
-	p.metrics.iptablesRestoreFailures.WithLabelValues(string(p.family)).Inc()
-	p.needRewrite = true
+// failed counts and logs a failed sync; the core makes the next one a
+// rewrite, since part of it may have applied.
+func (b *iptablesBackend) failed(err error, kind string) error {
+	b.logger.Error(err, "iptables sync failed; the next sync rewrites every chain", "sync", kind)
+	b.metrics.iptablesRestoreFailures.WithLabelValues(string(b.family)).Inc()
 	return err
 }
 
-// iptablesRestoreInput returns the iptables-restore input of the nat and the
-// filter table that takes the rules from the committed state to renders of
-// names (every service on a full sync). leftovers are the proxier's chains
-// found in the kernel, per table, to be deleted unless still in use.
-func (p *Proxier) iptablesRestoreInput(names []types.NamespacedName, renders map[types.NamespacedName]*renderedService,
-	full bool, leftovers map[string][]string) (nat, filter []byte) {
-	// The services as they are once this sync is committed, in a stable
-	// order for MCSD-SERVICES.
-	after := func(name types.NamespacedName) *renderedService {
-		if r, ok := renders[name]; ok {
-			return r
-		}
-		return p.committed[name]
+func (b *iptablesBackend) dropped(committed map[types.NamespacedName]*renderedService) int {
+	n := 0
+	for _, r := range committed {
+		n += iptRules(r).dropped
 	}
-	all := names
-	if !full {
-		set := make(map[types.NamespacedName]bool, len(p.committed)+len(names))
-		for name := range p.committed {
-			set[name] = true
-		}
-		for _, name := range names {
-			set[name] = true
-		}
-		all = slices.SortedFunc(maps.Keys(set), compareNames)
-	}
+	return n
+}
 
-	// Service chains to write (every one in use on a full sync, those of
-	// the changed services otherwise) and to delete.
+func (b *iptablesBackend) describe(map[types.NamespacedName]*renderedService) []any { return nil }
+
+// natInput is the iptables-restore input of the nat table that takes the
+// rules from the committed state to the sync's renders: the static chains
+// and MCSD-SERVICES whole, the service chains of the services rendered
+// (every one in use on a full sync), and the deletion of service chains no
+// longer used and of leftovers, the proxier's nat chains found in the
+// kernel.
+func (b *iptablesBackend) natInput(s *syncWrite, leftovers []string) []byte {
 	written := map[string][]string{}
 	deleted := map[string]bool{}
-	for _, name := range names {
-		if r := renders[name]; r != nil {
-			maps.Copy(written, r.iptables.chains)
+	for _, name := range s.names {
+		if r := iptRules(s.renders[name]); r != nil {
+			maps.Copy(written, r.chains)
 		}
-		if old := p.committed[name]; old != nil {
-			for c := range old.iptables.chains {
+		if old := iptRules(s.committed[name]); old != nil {
+			for c := range old.chains {
 				deleted[c] = true
 			}
 		}
 	}
-	for _, c := range leftovers[iptablesNAT] {
+	for _, c := range leftovers {
 		deleted[c] = true
 	}
 	for c := range written {
@@ -170,65 +158,90 @@ func (p *Proxier) iptablesRestoreInput(names []types.NamespacedName, renders map
 	for _, c := range iptablesStaticChains[iptablesNAT] {
 		delete(deleted, c)
 	}
-
-	var b bytes.Buffer
-	static := iptablesStaticRules(p.iptOptions, iptablesNAT)
-	b.WriteString("*nat\n")
 	writtenNames := slices.Sorted(maps.Keys(written))
 	deletedNames := slices.Sorted(maps.Keys(deleted))
-	for _, chains := range [][]string{iptablesStaticChains[iptablesNAT], writtenNames, deletedNames} {
-		for _, c := range chains {
-			b.WriteString(":" + c + " - [0:0]\n")
-		}
-	}
+
+	var buf bytes.Buffer
+	static := iptablesStaticRules(b.options, iptablesNAT)
+	buf.WriteString("*nat\n")
+	declareChains(&buf, iptablesStaticChains[iptablesNAT], writtenNames, deletedNames)
 	for _, c := range iptablesStaticChains[iptablesNAT] {
-		appendRules(&b, c, static[c])
+		appendRules(&buf, c, static[c])
 	}
-	for _, name := range all {
-		if r := after(name); r != nil {
-			appendRules(&b, iptServicesChain, r.iptables.natServices)
+	for _, name := range allServices(s) {
+		if r := iptRules(s.after(name)); r != nil {
+			appendRules(&buf, iptServicesChain, r.natServices)
 		}
 	}
 	for _, c := range writtenNames {
-		appendRules(&b, c, written[c])
+		appendRules(&buf, c, written[c])
 	}
-	for _, c := range deletedNames {
-		b.WriteString("-X " + c + "\n")
-	}
-	b.WriteString("COMMIT\n")
-	nat = bytes.Clone(b.Bytes())
+	deleteChains(&buf, deletedNames)
+	return buf.Bytes()
+}
 
-	// The filter table holds no chain of one service: all of it is
-	// written every time.
-	b.Reset()
-	static = iptablesStaticRules(p.iptOptions, iptablesFilter)
-	b.WriteString("*filter\n")
+// filterInput is the iptables-restore input of the filter table, which
+// holds no chain of one service: all of it is written every time, and
+// leftovers, the proxier's filter chains found in the kernel, are deleted
+// unless static.
+func (b *iptablesBackend) filterInput(s *syncWrite, leftovers []string) []byte {
 	stale := map[string]bool{}
-	for _, c := range leftovers[iptablesFilter] {
+	for _, c := range leftovers {
 		stale[c] = true
 	}
 	for _, c := range iptablesStaticChains[iptablesFilter] {
 		delete(stale, c)
 	}
 	staleNames := slices.Sorted(maps.Keys(stale))
-	for _, chains := range [][]string{iptablesStaticChains[iptablesFilter], staleNames} {
+
+	var buf bytes.Buffer
+	static := iptablesStaticRules(b.options, iptablesFilter)
+	buf.WriteString("*filter\n")
+	declareChains(&buf, iptablesStaticChains[iptablesFilter], staleNames)
+	appendRules(&buf, iptFilterChain, static[iptFilterChain])
+	for _, name := range allServices(s) {
+		if r := iptRules(s.after(name)); r != nil {
+			appendRules(&buf, iptServicesChain, r.filterServices)
+			appendRules(&buf, iptFilterChain, []string{r.filterVIP})
+		}
+	}
+	appendRules(&buf, iptRejectChain, static[iptRejectChain])
+	deleteChains(&buf, staleNames)
+	return buf.Bytes()
+}
+
+// allServices are the services once the sync is committed, in a stable
+// order for MCSD-SERVICES: those rendered, on a full sync, which renders
+// every one; else those rendered and those committed before.
+func allServices(s *syncWrite) []types.NamespacedName {
+	if s.kind != partialSync {
+		return s.names
+	}
+	set := make(map[types.NamespacedName]bool, len(s.committed)+len(s.names))
+	for name := range s.committed {
+		set[name] = true
+	}
+	for _, name := range s.names {
+		set[name] = true
+	}
+	return slices.SortedFunc(maps.Keys(set), compareNames)
+}
+
+// declareChains declares (and so flushes) every chain of each list.
+func declareChains(buf *bytes.Buffer, lists ...[]string) {
+	for _, chains := range lists {
 		for _, c := range chains {
-			b.WriteString(":" + c + " - [0:0]\n")
+			buf.WriteString(":" + c + " - [0:0]\n")
 		}
 	}
-	appendRules(&b, iptFilterChain, static[iptFilterChain])
-	for _, name := range all {
-		if r := after(name); r != nil {
-			appendRules(&b, iptServicesChain, r.iptables.filterServices)
-			appendRules(&b, iptFilterChain, []string{r.iptables.filterVIP})
-		}
+}
+
+// deleteChains deletes the chains, and ends the table's input.
+func deleteChains(buf *bytes.Buffer, chains []string) {
+	for _, c := range chains {
+		buf.WriteString("-X " + c + "\n")
 	}
-	appendRules(&b, iptRejectChain, static[iptRejectChain])
-	for _, c := range staleNames {
-		b.WriteString("-X " + c + "\n")
-	}
-	b.WriteString("COMMIT\n")
-	return nat, b.Bytes()
+	buf.WriteString("COMMIT\n")
 }
 
 func appendRules(b *bytes.Buffer, chain string, rules []string) {
@@ -243,10 +256,10 @@ func appendRules(b *bytes.Buffer, chain string, rules []string) {
 
 // iptablesChains lists the proxier's chains in each table, for a rewrite to
 // delete those of an earlier run.
-func (p *Proxier) iptablesChains(ctx context.Context) (map[string][]string, error) {
+func (b *iptablesBackend) iptablesChains(ctx context.Context) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, table := range []string{iptablesNAT, iptablesFilter} {
-		chains, err := p.ipt.ListChains(ctx, table)
+		chains, err := b.ipt.ListChains(ctx, table)
 		if err != nil {
 			return nil, err
 		}
@@ -260,14 +273,14 @@ func (p *Proxier) iptablesChains(ctx context.Context) (map[string][]string, erro
 }
 
 // ensureIPTablesJumps puts back any jump from a built-in chain that is gone.
-func (p *Proxier) ensureIPTablesJumps(ctx context.Context) error {
+func (b *iptablesBackend) ensureIPTablesJumps(ctx context.Context) error {
 	for _, j := range iptablesJumps {
-		existed, err := p.ipt.EnsureRule(ctx, j.table, j.chain, j.args...)
+		existed, err := b.ipt.EnsureRule(ctx, j.table, j.chain, j.args...)
 		if err != nil {
 			return err
 		}
-		if !existed && !p.lastFullSync.IsZero() {
-			p.logger.Info("A jump to the proxier's chains was gone; added it again", "table", j.table, "chain", j.chain)
+		if !existed && b.jumpsWritten {
+			b.logger.Info("A jump to the proxier's chains was gone; added it again", "table", j.table, "chain", j.chain)
 		}
 	}
 	return nil
@@ -277,14 +290,14 @@ func (p *Proxier) ensureIPTablesJumps(ctx context.Context) error {
 // jump from nat PREROUTING is still there: a firewall reload or an
 // "iptables -t nat -F" removes it along with the proxier's rules. One
 // "iptables -C", whatever the number of services.
-func (p *Proxier) iptablesJumpPresent(ctx context.Context) bool {
+func (b *iptablesBackend) iptablesJumpPresent(ctx context.Context) bool {
 	for _, j := range iptablesJumps {
 		if j.table != iptablesNAT || j.chain != "PREROUTING" {
 			continue
 		}
-		existed, err := p.ipt.EnsureRule(ctx, j.table, j.chain, j.args...)
+		existed, err := b.ipt.EnsureRule(ctx, j.table, j.chain, j.args...)
 		if err != nil || !existed {
-			p.logger.Info("The jump to the proxier's chains was gone or could not be checked; rewriting every chain",
+			b.logger.Info("The jump to the proxier's chains was gone or could not be checked; rewriting every chain",
 				"table", j.table, "chain", j.chain, "err", err)
 			return false
 		}

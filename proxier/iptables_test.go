@@ -217,11 +217,11 @@ func TestIPTablesFullSync(t *testing.T) {
 	})
 }
 
-func TestCleanupIPTablesLeftovers(t *testing.T) {
+func TestCleanupIPTables(t *testing.T) {
 	f := newIPTFixture(t, v1.IPv4Protocol)
 	f.start(append(webSlices(), webImport())...)
 	f.ipt.tables[iptablesNAT].chains["KUBE-SERVICES"] = []string{}
-	if err := CleanupIPTablesLeftovers(context.Background(), f.ipt); err != nil {
+	if err := cleanupIPTables(context.Background(), f.ipt); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{iptablesNAT, iptablesFilter} {
@@ -237,17 +237,15 @@ func TestCleanupIPTablesLeftovers(t *testing.T) {
 	if _, ok := f.ipt.tables[iptablesNAT].chains["KUBE-SERVICES"]; !ok {
 		t.Error("a chain that is not the proxier's was deleted")
 	}
-	if err := CleanupIPTablesLeftovers(context.Background(), f.ipt); err != nil {
+	if err := cleanupIPTables(context.Background(), f.ipt); err != nil {
 		t.Errorf("cleaning up nothing: %v", err)
 	}
 }
 
 func TestIPTablesDualStack(t *testing.T) {
 	ipt4, ipt6 := newFakeIPTables(), newFakeIPTables()
-	ds, err := NewDualStackIPTables(Config{ClusterID: localCluster, Conntrack: &fakeConntrack{}}, ipt4, ipt6)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := fakeDualStack(t, Config{ClusterID: localCluster, Mode: ModeIPTables, Conntrack: &fakeConntrack{}},
+		func(c *Config) { c.IPTables = ipt4 }, func(c *Config) { c.IPTables = ipt6 })
 	ds.OnServiceImportAdd(webImport())
 	for _, s := range []*discoveryv1.EndpointSlice{
 		newSlice("web", localCluster, []slicePort{tcp("http", 80, 8080)}, ready("10.1.0.1")),
@@ -279,12 +277,12 @@ func TestMode(t *testing.T) {
 		t.Error("ParseMode accepted ipvs")
 	}
 	for _, c := range []struct{ in, want Mode }{{"", ModeNFTables}, {ModeNFTables, ModeNFTables}, {ModeIPTables, ModeIPTables}} {
-		if got, err := ResolveMode(context.Background(), c.in); err != nil || got != c.want {
-			t.Errorf("ResolveMode(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		if got, err := resolveMode(context.Background(), c.in); err != nil || got != c.want {
+			t.Errorf("resolveMode(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
-	if _, err := ResolveMode(context.Background(), "ipvs"); err == nil {
-		t.Error("ResolveMode accepted ipvs")
+	if _, err := resolveMode(context.Background(), "ipvs"); err == nil {
+		t.Error("resolveMode accepted ipvs")
 	}
 }
 

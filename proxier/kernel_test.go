@@ -16,11 +16,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
-	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
@@ -205,46 +203,13 @@ func (w *kernelWorld) startProxier(t *testing.T, edit ...func(*Config)) {
 	for _, e := range edit {
 		e(&cfg)
 	}
-	if err := w.node.Do(func() (err error) {
-		if cfg.Conntrack, err = NewConntrack(); err != nil {
-			return err
-		}
-		if cfg.Mode != ModeIPTables {
-			cfg.RuleCounter, err = NewNetlinkRuleCounter()
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// As mcsd does: the proxier makes its kernel interfaces, conntrack
+	// handle and rule counter inside the node's namespace.
+	cfg.InNetns = w.node.Do
 	var err error
-	if cfg.Mode == ModeIPTables {
-		w.proxier, err = NewDualStackIPTables(cfg, w.iptables(t, v1.IPv4Protocol), w.iptables(t, v1.IPv6Protocol))
-	} else {
-		w.proxier, err = NewDualStack(cfg, w.nftables(t, knftables.IPv4Family), w.nftables(t, knftables.IPv6Family))
-	}
-	if err != nil {
+	if w.proxier, err = NewDualStack(cfg); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// nftables is the node's nftables interface for family.
-func (w *kernelWorld) nftables(t *testing.T, family knftables.Family) knftables.Interface {
-	t.Helper()
-	nft, err := nsenter.NewNFTables(netns.Path(w.node.Name), family, TableName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nft
-}
-
-// iptables is the node's iptables (ip6tables) for family.
-func (w *kernelWorld) iptables(t *testing.T, family v1.IPFamily) IPTables {
-	t.Helper()
-	ipt, err := NewIPTablesIn(family, w.node.Do)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ipt
 }
 
 // kernelModes runs test once per mode, each with the commands it needs.
@@ -940,12 +905,9 @@ func TestKernelSwitchingModes(t *testing.T) {
 	port := []slicePort{tcp("http", 80, 8080)}
 	w := newKernelWorld(t, withMode(ModeNFTables))
 	// start runs a new proxier of mode on the node, as mcsd does when it
-	// starts: the other mode's leftovers first.
+	// starts: New deletes the other mode's leftovers first.
 	start := func(t *testing.T, mode Mode) {
 		t.Helper()
-		if err := CleanupOtherMode(t.Context(), mode, w.node.Do); err != nil {
-			t.Fatalf("cleaning up before %s mode: %v", mode, err)
-		}
 		w.startProxier(t, withMode(mode))
 		w.proxier.OnServiceImportAdd(newImport("web", vips(10), []mcsv1beta1.ServicePort{tcpPort("http", 80)}))
 		for _, s := range kernelSlices("web", localCluster, port, w.e1, w.e2) {

@@ -109,9 +109,9 @@ func TestMetrics(t *testing.T) {
 	t.Run("a failed transaction counts as a sync failure", func(t *testing.T) {
 		f, _ := metricsFixture(t)
 		f.start(append(webSlices(), webImport())...)
-		f.p.nft = &failingNFT{Interface: f.nft, fail: true}
+		f.setNFT(&failingNFT{Interface: f.nft, fail: true})
 		f.p.OnServiceImportDelete(webImport())
-		if err := f.p.syncProxyRules(); err == nil {
+		if err := f.p.syncRules(); err == nil {
 			t.Fatal("sync succeeded")
 		}
 		if got := testutil.ToFloat64(f.p.metrics.syncFailures.WithLabelValues(string(v1.IPv4Protocol))); got != 1 {

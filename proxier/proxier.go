@@ -31,8 +31,8 @@ const (
 	DefaultFullSyncPeriod = time.Hour
 )
 
-// Config configures a [Proxier]. ClusterID and IPFamily are required; every
-// other field has a default.
+// Config configures a [Proxier] or a [DualStack]. ClusterID (and for [New],
+// IPFamily) is required; every other field has a default.
 type Config struct {
 	// ClusterID is the ID of this node's cluster: endpoints whose
 	// EndpointSlice has it as multicluster.kubernetes.io/source-cluster are
@@ -42,30 +42,38 @@ type Config struct {
 	// means this node's endpoints of the local cluster; when empty, all
 	// endpoints of the local cluster.
 	NodeName string
-	// IPFamily is the family this proxier serves: v1.IPv4Protocol or
-	// v1.IPv6Protocol. [NewDualStack] runs one per family.
+	// IPFamily is the family [New]'s proxier serves: v1.IPv4Protocol or
+	// v1.IPv6Protocol. [NewDualStack] runs one per family and ignores it.
 	IPFamily v1.IPFamily
 
-	// Mode is the backend: [ModeNFTables] (the default, also when empty) or
-	// [ModeIPTables]; [ModeAuto] is resolved by [ResolveMode].
+	// Mode is the backend: [ModeNFTables] (the default, also when empty),
+	// [ModeIPTables], or [ModeAuto], nftables when the host meets its
+	// requirements, else iptables.
 	Mode Mode
+	// InNetns runs fn inside the network namespace whose rules the proxier
+	// programs; nil means the calling thread's. The nft and iptables
+	// commands, the conntrack handle and the rule counter the proxier
+	// makes are made and run through it. mcsd passes nsenter.Do bound to
+	// its --netns.
+	InNetns func(fn func() error) error
 	// NFTables is the nftables interface for table [TableName] of IPFamily's
-	// family ("ip" or "ip6"), in nftables mode. Nil means knftables.New on
-	// this host; tests pass knftables.NewFake.
+	// family ("ip" or "ip6"), in nftables mode. Nil means the proxier makes
+	// it on this host; tests pass knftables.NewFake. [NewDualStack] makes
+	// each family's.
 	NFTables knftables.Interface
-	// IPTables is IPFamily's iptables (or ip6tables), in iptables mode.
-	// Nil means [NewIPTables] on this host; tests pass a fake.
+	// IPTables is IPFamily's iptables (or ip6tables), in iptables mode. Nil
+	// means [NewIPTables] on this host; tests pass a fake. [NewDualStack]
+	// makes each family's.
 	IPTables IPTables
 	// Conntrack deletes stale UDP conntrack entries. Nil means
-	// [NewConntrack] in the calling thread's network namespace.
+	// [NewConntrack] in InNetns.
 	Conntrack Conntrack
 	// RuleCounter is how the proxier checks, once per sync period, that
 	// its table was not flushed or deleted behind its back. Nil means
-	// [NewNetlinkRuleCounter] in the calling thread's network namespace
-	// (never "nft list", which costs as much as the whole table with nft
-	// 1.0.x). Tests on knftables.NewFake pass one that counts the Fake's
-	// rules. Unused in iptables mode, which checks its jump from nat
-	// PREROUTING instead.
+	// [NewNetlinkRuleCounter] in InNetns (never "nft list", which costs as
+	// much as the whole table with nft 1.0.x). Tests on knftables.NewFake
+	// pass one that counts the Fake's rules. Unused in iptables mode, which
+	// checks its jump from nat PREROUTING instead.
 	RuleCounter RuleCounter
 
 	// MasqueradeMark is the single mark bit that flags packets for
@@ -165,91 +173,63 @@ type Provider interface {
 // transaction (one iptables-restore per table) per sync. Create it with
 // [New].
 type Proxier struct {
-	family     v1.IPFamily
-	mode       Mode
-	words      words
-	static     staticOptions
-	iptOptions iptablesOptions
-	policy     trafficPolicy
-	nft        knftables.Interface
-	ipt        IPTables
-	conntrack  Conntrack
-	clock      clock.Clock
-	metrics    *metrics
-	health     HealthRecorder
-	logger     klog.Logger
-	tracker    *changeTracker
-	runner     *runner
+	family    v1.IPFamily
+	policy    trafficPolicy
+	backend   backend
+	conntrack Conntrack
+	clock     clock.Clock
+	metrics   *metrics
+	health    HealthRecorder
+	logger    klog.Logger
+	tracker   *changeTracker
+	runner    *runner
 
 	fullSyncPeriod time.Duration
+	// syncPeriod is how often the backend checks that its rules were not
+	// changed behind the proxier's back.
+	syncPeriod time.Duration
 
 	// initialized is set once both informers have synced; no sync runs
 	// before, so as not to program a partial view.
 	initialized atomic.Bool
 
-	mu            sync.Mutex // guards everything below; held by syncs
-	importsSynced bool
-	slicesSynced  bool
-	services      map[types.NamespacedName]*serviceInfo
-	slices        map[types.NamespacedName][]*sliceInfo
-	vipClaims     map[string]map[types.NamespacedName]bool
-	committed     map[types.NamespacedName]*renderedService
-	elements      *elementStore
-	// chainUsers counts the committed service ports that point to each
-	// shared chain and chainRules holds its rules; staleChains holds those
-	// flushed when their count fell to zero, to be deleted later.
-	chainUsers   map[string]int
-	chainRules   map[string][]string
-	staleChains  map[string]time.Time
-	needRewrite  bool
-	lastFullSync time.Time
-	// syncPeriod is how often the table is checked for changes made
-	// behind the proxier's back (see tableIntact).
-	syncPeriod     time.Duration
+	mu             sync.Mutex // guards everything below; held by syncs
+	importsSynced  bool
+	slicesSynced   bool
+	services       map[types.NamespacedName]*serviceInfo
+	slices         map[types.NamespacedName][]*sliceInfo
+	vipClaims      map[string]map[types.NamespacedName]bool
+	committed      map[types.NamespacedName]*renderedService
+	needRewrite    bool
+	lastFullSync   time.Time
 	lastTableCheck time.Time
-	ruleCounter    RuleCounter
 	vips           vipReport
 }
 
 var _ Provider = (*Proxier)(nil)
 
-// New returns a Proxier for cfg. It touches nothing in the kernel until its
-// first sync.
+// New returns a Proxier for cfg. It resolves [ModeAuto] and, for what cfg
+// leaves it to make on this host, checks the host's requirements
+// ([CheckRequirements]) and deletes what the other mode left there
+// ([CleanupLeftovers]), so that a node switched between modes keeps no rules
+// of the first. It programs nothing until its first sync.
 func New(cfg Config) (*Proxier, error) {
-	if cfg.ClusterID == "" {
-		return nil, fmt.Errorf("proxier: a cluster ID is required (the local cluster's multicluster.kubernetes.io/source-cluster value)")
-	}
 	if cfg.IPFamily != v1.IPv4Protocol && cfg.IPFamily != v1.IPv6Protocol {
 		return nil, fmt.Errorf("proxier: IP family %q is neither %s nor %s", cfg.IPFamily, v1.IPv4Protocol, v1.IPv6Protocol)
 	}
-	mark := cfg.MasqueradeMark
-	if mark == 0 {
-		mark = DefaultMasqueradeMark
+	cfg, err := prepareHost(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if bits.OnesCount32(mark) != 1 {
-		return nil, fmt.Errorf("proxier: masquerade mark %#x must be a single bit", mark)
-	}
-	w := familyWords(cfg.IPFamily)
-	var podCIDRs []string
-	for _, c := range cfg.PodCIDRs {
-		prefix, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("proxier: pod CIDR %q: %w", c, err)
-		}
-		if prefix.Addr().Is4() == (cfg.IPFamily == v1.IPv4Protocol) {
-			podCIDRs = append(podCIDRs, prefix.Masked().String())
-		}
-	}
-	var clusterSetCIDRs []netip.Prefix
-	for _, p := range cfg.ClusterSetCIDRs {
-		if p.Addr().Is4() == (cfg.IPFamily == v1.IPv4Protocol) {
-			clusterSetCIDRs = append(clusterSetCIDRs, p.Masked())
-		}
-	}
-	minSync := orDefault(cfg.MinSyncPeriod, DefaultMinSyncPeriod)
-	syncPeriod := orDefault(cfg.SyncPeriod, DefaultSyncPeriod)
-	if minSync > syncPeriod {
-		return nil, fmt.Errorf("proxier: minimum sync period %v is longer than the sync period %v", minSync, syncPeriod)
+	return newProxier(cfg)
+}
+
+// newProxier is New on a prepared host: cfg's Mode is resolved, its
+// Conntrack (and in nftables mode its RuleCounter) set.
+func newProxier(cfg Config) (*Proxier, error) {
+	o, err := checkConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
 	clk := cfg.Clock
 	if clk == nil {
@@ -259,95 +239,109 @@ func New(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode, err := ResolveMode(context.Background(), cfg.Mode)
-	if err != nil {
-		return nil, fmt.Errorf("proxier: %w", err)
-	}
-	nft, ipt, counter := cfg.NFTables, cfg.IPTables, cfg.RuleCounter
-	if mode == ModeIPTables {
-		if ipt == nil {
-			if ipt, err = NewIPTables(cfg.IPFamily); err != nil {
-				return nil, fmt.Errorf("proxier: iptables is not usable: %w", err)
-			}
-		}
-	} else {
-		if nft == nil {
-			if nft, err = knftables.New(knftables.Family(w.ip), TableName); err != nil {
-				return nil, fmt.Errorf("proxier: nftables is not usable: %w", err)
-			}
-		}
-		if counter == nil {
-			if counter, err = NewNetlinkRuleCounter(); err != nil {
-				return nil, fmt.Errorf("proxier: %w", err)
-			}
-		}
-	}
-	ct := cfg.Conntrack
-	if ct == nil {
-		if ct, err = NewConntrack(); err != nil {
-			return nil, fmt.Errorf("proxier: %w", err)
-		}
-	}
 	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
+	b, err := newBackend(cfg, o, m, logger)
+	if err != nil {
+		return nil, err
+	}
 	p := &Proxier{
 		family: cfg.IPFamily,
-		mode:   mode,
-		words:  w,
-		static: staticOptions{
-			words:         w,
-			mark:          fmt.Sprintf("%#x", mark),
-			masqueradeAll: cfg.MasqueradeAll,
-			podCIDRs:      podCIDRs,
-		},
-		iptOptions: iptablesOptions{
-			family:        cfg.IPFamily,
-			mark:          fmt.Sprintf("%#x", mark),
-			masqueradeAll: cfg.MasqueradeAll,
-			podCIDRs:      podCIDRs,
-		},
 		policy: trafficPolicy{
 			localCluster:       cfg.ClusterID,
 			nodeName:           cfg.NodeName,
 			preferLocalCluster: cfg.PreferLocalCluster,
 		},
-		nft:            nft,
-		ipt:            ipt,
-		conntrack:      ct,
+		backend:        b,
+		conntrack:      cfg.Conntrack,
 		clock:          clk,
 		metrics:        m,
 		health:         cfg.Health,
 		logger:         logger,
-		tracker:        newChangeTracker(cfg.IPFamily, clusterSetCIDRs, clk, m, logger),
+		tracker:        newChangeTracker(cfg.IPFamily, o.clusterSetCIDRs, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
-		syncPeriod:     syncPeriod,
-		ruleCounter:    counter,
+		syncPeriod:     o.syncPeriod,
 		vips:           newVIPReport(cfg.VIPObserver),
 		services:       map[types.NamespacedName]*serviceInfo{},
 		slices:         map[types.NamespacedName][]*sliceInfo{},
 		vipClaims:      map[string]map[types.NamespacedName]bool{},
 		committed:      map[types.NamespacedName]*renderedService{},
-		elements:       newElementStore(logger, elementsPerCommand(nft)),
-		chainUsers:     map[string]int{},
-		chainRules:     map[string][]string{},
-		staleChains:    map[string]time.Time{},
 		needRewrite:    true,
 	}
-	sync := p.syncProxyRules
-	if mode == ModeIPTables {
-		sync = p.syncIPTablesRules
-	}
-	p.runner = newRunner(sync, minSync, syncPeriod, clk)
+	p.runner = newRunner(p.syncRules, o.minSync, o.syncPeriod, clk)
 	return p, nil
 }
 
-// elementsPerCommand is how many map or set elements one nft command
-// carries: many with nft, one with knftables.Fake (recognised by its Dump
-// method), which would store a batch as a single element.
-func elementsPerCommand(nft knftables.Interface) int {
-	if _, fake := nft.(interface{ Dump() string }); fake {
-		return 1
+// options are the settings New derives from a Config: its checked values,
+// and those of its family.
+type options struct {
+	mark            string
+	podCIDRs        []string
+	clusterSetCIDRs []netip.Prefix
+	minSync         time.Duration
+	syncPeriod      time.Duration
+}
+
+// checkConfig checks cfg and derives the settings of its family.
+func checkConfig(cfg Config) (options, error) {
+	var o options
+	if cfg.ClusterID == "" {
+		return o, fmt.Errorf("proxier: a cluster ID is required (the local cluster's multicluster.kubernetes.io/source-cluster value)")
 	}
-	return 1000
+	mark := cfg.MasqueradeMark
+	if mark == 0 {
+		mark = DefaultMasqueradeMark
+	}
+	if bits.OnesCount32(mark) != 1 {
+		return o, fmt.Errorf("proxier: masquerade mark %#x must be a single bit", mark)
+	}
+	o.mark = fmt.Sprintf("%#x", mark)
+	v4 := cfg.IPFamily == v1.IPv4Protocol
+	for _, c := range cfg.PodCIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			return o, fmt.Errorf("proxier: pod CIDR %q: %w", c, err)
+		}
+		if prefix.Addr().Is4() == v4 {
+			o.podCIDRs = append(o.podCIDRs, prefix.Masked().String())
+		}
+	}
+	for _, p := range cfg.ClusterSetCIDRs {
+		if p.Addr().Is4() == v4 {
+			o.clusterSetCIDRs = append(o.clusterSetCIDRs, p.Masked())
+		}
+	}
+	o.minSync = orDefault(cfg.MinSyncPeriod, DefaultMinSyncPeriod)
+	o.syncPeriod = orDefault(cfg.SyncPeriod, DefaultSyncPeriod)
+	if o.minSync > o.syncPeriod {
+		return o, fmt.Errorf("proxier: minimum sync period %v is longer than the sync period %v", o.minSync, o.syncPeriod)
+	}
+	return o, nil
+}
+
+// newBackend makes the backend of cfg's mode, with its kernel interface:
+// cfg's, or one made on this host through cfg.InNetns.
+func newBackend(cfg Config, o options, m *metrics, logger klog.Logger) (backend, error) {
+	if cfg.Mode == ModeIPTables {
+		ipt := cfg.IPTables
+		if ipt == nil {
+			var err error
+			if ipt, err = NewIPTables(cfg.IPFamily, cfg.InNetns); err != nil {
+				return nil, fmt.Errorf("proxier: iptables for %s is not usable: %w", cfg.IPFamily, err)
+			}
+		}
+		opts := iptablesOptions{family: cfg.IPFamily, mark: o.mark, masqueradeAll: cfg.MasqueradeAll, podCIDRs: o.podCIDRs}
+		return &iptablesBackend{family: cfg.IPFamily, options: opts, ipt: ipt, metrics: m, logger: logger}, nil
+	}
+	w := familyWords(cfg.IPFamily)
+	nft := cfg.NFTables
+	if nft == nil {
+		var err error
+		if nft, err = newNFTablesIn(cfg.InNetns, knftables.Family(w.ip)); err != nil {
+			return nil, fmt.Errorf("proxier: nftables for %s is not usable (needs nft >= %s and kernel >= %s): %w", cfg.IPFamily, MinNFTVersion, MinKernelVersion, err)
+		}
+	}
+	static := staticOptions{words: w, mark: o.mark, masqueradeAll: cfg.MasqueradeAll, podCIDRs: o.podCIDRs}
+	return newNFTablesBackend(cfg.IPFamily, nft, cfg.RuleCounter, static, m, logger), nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -356,6 +350,9 @@ func orDefault(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Mode is the mode the proxier runs in: [ModeAuto] resolved.
+func (p *Proxier) Mode() Mode { return p.backend.mode() }
 
 // OnServiceImportAdd implements [Provider].
 func (p *Proxier) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {

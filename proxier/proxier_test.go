@@ -764,9 +764,9 @@ func TestFullSync(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
 		failing := &failingNFT{Interface: f.nft, fail: true}
-		f.p.nft = failing
+		f.setNFT(failing)
 		f.p.OnServiceImportDelete(webImport())
-		if err := f.p.syncProxyRules(); err == nil {
+		if err := f.p.syncRules(); err == nil {
 			t.Fatal("sync succeeded")
 		}
 		failing.fail = false
@@ -917,10 +917,9 @@ func TestHandlers(t *testing.T) {
 func TestDualStack(t *testing.T) {
 	fake4, fake6 := newStrictFake(t, knftables.IPv4Family), newStrictFake(t, knftables.IPv6Family)
 	reg := prometheus.NewRegistry()
-	d, err := NewDualStack(Config{ClusterID: localCluster, Conntrack: &fakeConntrack{}, Registerer: reg}, fake4, fake6)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := fakeDualStack(t, Config{ClusterID: localCluster, Conntrack: &fakeConntrack{}, Registerer: reg},
+		func(c *Config) { c.NFTables, c.RuleCounter = fake4, fakeTableCounter{fake4.Fake} },
+		func(c *Config) { c.NFTables, c.RuleCounter = fake6, fakeTableCounter{fake6.Fake} })
 	d.OnServiceImportAdd(webImport())
 	for _, s := range webSlices() {
 		d.OnEndpointSliceAdd(s.(*discoveryv1.EndpointSlice))
@@ -929,7 +928,7 @@ func TestDualStack(t *testing.T) {
 	d.OnServiceImportsSynced()
 	d.OnEndpointSlicesSynced()
 	for _, p := range []*Proxier{d.IPv4(), d.IPv6()} {
-		if err := p.syncProxyRules(); err != nil {
+		if err := p.syncRules(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 )
 
 // The oldest kernel and nft the proxier's table loads on. knftables needs
@@ -21,10 +20,25 @@ const (
 	MinNFTVersion    = "1.0.1"
 )
 
-// CheckRequirements returns an error naming what is too old when the
-// running kernel or the nft on PATH is older than [MinKernelVersion] or
-// [MinNFTVersion].
-func CheckRequirements(ctx context.Context) error {
+// CheckRequirements returns an error naming what is missing or too old for
+// mode on this host: for nftables mode, a kernel older than
+// [MinKernelVersion] or an nft on PATH older than [MinNFTVersion]; for
+// iptables mode, the iptables commands missing from PATH; for [ModeAuto],
+// both failing.
+func CheckRequirements(ctx context.Context, mode Mode) error {
+	switch mode {
+	case "", ModeNFTables:
+		return checkNFTables(ctx)
+	case ModeIPTables:
+		return checkIPTables()
+	}
+	_, err := resolveMode(ctx, mode)
+	return err
+}
+
+// checkNFTables compares the running kernel and the nft on PATH with
+// [MinKernelVersion] and [MinNFTVersion].
+func checkNFTables(ctx context.Context) error {
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
 		return fmt.Errorf("reading the kernel version: %w", err)
@@ -35,6 +49,19 @@ func CheckRequirements(ctx context.Context) error {
 		return fmt.Errorf("running nft --version (nft >= %s must be on PATH): %w", MinNFTVersion, err)
 	}
 	return checkVersions(kernel, string(out))
+}
+
+// checkIPTables returns an error naming what is missing when the commands
+// of iptables mode are not on PATH. Any iptables that has iptables-restore
+// --noflush and the statistic, recent, conntrack and comment matches, the
+// nft-backed variant or the legacy one, will do.
+func checkIPTables() error {
+	for _, cmd := range []string{"iptables", "iptables-restore", "iptables-save"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			return fmt.Errorf("%s is not on PATH (install the iptables package): %w", cmd, err)
+		}
+	}
+	return nil
 }
 
 var versionRE = regexp.MustCompile(`(\d+)\.(\d+)(?:\.(\d+))?`)
@@ -67,34 +94,4 @@ func olderThan(have, want string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// CleanupLeftovers deletes the proxier's table through each of nfts (one per
-// family), or, when none is given, the tables of both families on this host
-// in the calling thread's network namespace. It is for an embedder that
-// stops using the proxier for good: mcsd leaves its rules in place when it
-// exits, so that traffic keeps flowing across a restart. A table that does
-// not exist is not an error.
-func CleanupLeftovers(ctx context.Context, nfts ...knftables.Interface) error {
-	if len(nfts) == 0 {
-		for _, family := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-			nft, err := knftables.New(family, TableName)
-			if err != nil {
-				return fmt.Errorf("proxier: nftables is not usable: %w", err)
-			}
-			nfts = append(nfts, nft)
-		}
-	}
-	var errs []error
-	for _, nft := range nfts {
-		tx := nft.NewTransaction()
-		// Adding it first makes the deletion succeed whether or not it
-		// exists (nft 1.0.6 has no "destroy").
-		tx.Add(&knftables.Table{})
-		tx.Delete(&knftables.Table{})
-		if err := nft.Run(ctx, tx); err != nil {
-			errs = append(errs, fmt.Errorf("proxier: deleting table %s: %w", TableName, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -25,11 +25,11 @@ func TestCheckVersions(t *testing.T) {
 	}
 }
 
-func TestCleanupLeftovers(t *testing.T) {
+func TestCleanupNFTables(t *testing.T) {
 	t.Run("deletes the table", func(t *testing.T) {
 		f := newFixture(t, v1.IPv4Protocol)
 		f.start(append(webSlices(), webImport())...)
-		if err := CleanupLeftovers(t.Context(), f.nft); err != nil {
+		if err := cleanupNFTables(t.Context(), f.nft); err != nil {
 			t.Fatal(err)
 		}
 		if f.nft.Table != nil {
@@ -37,7 +37,7 @@ func TestCleanupLeftovers(t *testing.T) {
 		}
 	})
 	t.Run("a missing table is not an error", func(t *testing.T) {
-		if err := CleanupLeftovers(t.Context(), knftables.NewFake(knftables.IPv6Family, TableName)); err != nil {
+		if err := cleanupNFTables(t.Context(), knftables.NewFake(knftables.IPv6Family, TableName)); err != nil {
 			t.Error(err)
 		}
 	})

@@ -9,14 +9,12 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
@@ -98,49 +96,15 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 	return dp, nil
 }
 
-// newProxier builds one proxier per IP family, programming nftables or
-// iptables (--proxier-mode) and clearing conntrack entries in the --netns
-// namespace. The other mode's rules, from an earlier run, are deleted first.
+// newProxier builds the proxier of --ip-families, programming nftables or
+// iptables (--proxier-mode) in the --netns namespace.
 func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver) (proxier.Provider, *proxier.Health, error) {
-	ctx := context.Background()
-	mode, err := proxier.ResolveMode(ctx, o.proxierMode)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--proxier-mode=%s: %w (or leave the proxier out of --components)", o.proxierMode, err)
-	}
-	if mode == proxier.ModeIPTables {
-		err = proxier.CheckIPTablesRequirements()
-	} else {
-		err = proxier.CheckRequirements(ctx)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxier: %w (or choose another --proxier-mode, or leave the proxier out of --components)", err)
-	}
-	klog.InfoS("Proxier mode", "mode", mode, "requested", o.proxierMode)
-	inNetns := func(fn func() error) error { return nsenter.Do(o.netns, fn) }
-	if err := proxier.CleanupOtherMode(ctx, mode, inNetns); err != nil {
-		klog.ErrorS(err, "Could not delete the rules of the other proxier mode; they may still catch ClusterSetIP traffic", "mode", mode)
-	}
 	health := proxier.NewHealth(o.healthTimeout, nil)
-	var conntrack proxier.Conntrack
-	var counter proxier.RuleCounter
-	if err := inNetns(func() (err error) {
-		if conntrack, err = proxier.NewConntrack(); err != nil {
-			return err
-		}
-		if mode == proxier.ModeIPTables {
-			return nil
-		}
-		counter, err = proxier.NewNetlinkRuleCounter()
-		return err
-	}); err != nil {
-		return nil, nil, fmt.Errorf("proxier: %w", err)
-	}
 	cfg := proxier.Config{
-		Mode:               mode,
+		Mode:               o.proxierMode,
+		InNetns:            func(fn func() error) error { return nsenter.Do(o.netns, fn) },
 		ClusterID:          clusterID,
 		NodeName:           o.nodeName,
-		Conntrack:          conntrack,
-		RuleCounter:        counter,
 		MasqueradeMark:     o.masqMark,
 		MasqueradeAll:      o.masqAll,
 		PodCIDRs:           o.podCIDRs,
@@ -154,55 +118,17 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		VIPObserver:        observer,
 	}
 	var provider proxier.Provider
-	if mode == proxier.ModeIPTables {
-		ipts := map[corev1.IPFamily]proxier.IPTables{}
-		for _, family := range o.ipFamilies {
-			if ipts[family], err = proxier.NewIPTablesIn(family, inNetns); err != nil {
-				return nil, nil, fmt.Errorf("proxier: iptables for %s (or drop the family from --ip-families): %w", family, err)
-			}
-		}
-		provider, err = providerOf(cfg, ipts, proxier.NewDualStackIPTables, func(c *proxier.Config, ipt proxier.IPTables) { c.IPTables = ipt })
+	var err error
+	if len(o.ipFamilies) == 2 {
+		provider, err = proxier.NewDualStack(cfg)
 	} else {
-		tables := map[corev1.IPFamily]knftables.Interface{}
-		for _, family := range o.ipFamilies {
-			nftFamily := knftables.IPv4Family
-			if family == corev1.IPv6Protocol {
-				nftFamily = knftables.IPv6Family
-			}
-			if tables[family], err = nsenter.NewNFTables(o.netns, nftFamily, proxier.TableName); err != nil {
-				return nil, nil, fmt.Errorf("proxier: nftables for %s (needs nft >= %s and kernel >= %s; or drop the family from --ip-families): %w",
-					family, proxier.MinNFTVersion, proxier.MinKernelVersion, err)
-			}
-		}
-		provider, err = providerOf(cfg, tables, proxier.NewDualStack, func(c *proxier.Config, nft knftables.Interface) { c.NFTables = nft })
+		cfg.IPFamily = o.ipFamilies[0]
+		provider, err = proxier.New(cfg)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("--proxier-mode=%s, --ip-families, --netns: %w (or choose another --proxier-mode, or leave the proxier out of --components)", o.proxierMode, err)
 	}
 	return provider, health, nil
-}
-
-// providerOf is a DualStack over both families' kernel interfaces (nftables
-// or iptables) when there are two, else the one family's Proxier, whose
-// interface set puts in its Config.
-func providerOf[T any](cfg proxier.Config, ifaces map[corev1.IPFamily]T,
-	dual func(proxier.Config, T, T) (*proxier.DualStack, error), set func(*proxier.Config, T)) (proxier.Provider, error) {
-	if len(ifaces) == 2 {
-		ds, err := dual(cfg, ifaces[corev1.IPv4Protocol], ifaces[corev1.IPv6Protocol])
-		if err != nil {
-			return nil, err
-		}
-		return ds, nil
-	}
-	for family, iface := range ifaces {
-		cfg.IPFamily = family
-		set(&cfg, iface)
-	}
-	p, err := proxier.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // run serves DNS and programs the proxier until ctx ends. The proxier's

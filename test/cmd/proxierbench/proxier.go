@@ -128,10 +128,9 @@ func newProxierRun(topo *topology, mode proxier.Mode) (*proxierRun, error) {
 	var ct proxier.Conntrack
 	err := topo.node.Do(func() (err error) {
 		// Each run starts from an empty node: no leftovers of either mode.
-		_ = proxier.CleanupLeftovers(context.Background())
-		_ = proxier.CleanupIPTablesLeftovers(context.Background())
+		_ = proxier.CleanupLeftovers(context.Background(), proxier.ModeAuto, nil)
 		if mode == proxier.ModeIPTables {
-			r.ipt, err = proxier.NewIPTablesIn(v1.IPv4Protocol, topo.node.Do)
+			r.ipt, err = proxier.NewIPTables(v1.IPv4Protocol, topo.node.Do)
 		} else {
 			if r.nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
 				return err

@@ -223,44 +223,13 @@ type element struct {
 	value     string
 }
 
-// renderedService is everything one ServiceImport puts in nftables (in
-// iptables mode: in iptables): the outcome of render (renderIPTables), kept
-// after a successful sync as the committed state the next sync is diffed
-// against. vip, slots and endpoints mean the same in both modes.
-type renderedService struct {
-	vip string
-	// chains maps each shared chain this service's elements point to, to
-	// its rules.
-	chains   map[string][]string
-	elements []element
-	// slots holds each service port's endpoints (by portKey) in the order
-	// of their index in its backends map (none for a port without endpoints);
-	// the next render keeps each endpoint at its index, so a sync writes
-	// only the elements that changed.
-	slots map[portKey][]endpoint
-	// endpoints counts the endpoints over all ports, for logs.
-	endpoints int
-	// iptables holds the service's rules in iptables mode, where chains
-	// and elements are unused.
-	iptables *iptablesService
-}
-
-// portKey names a service port among those of one ClusterSetIP.
-type portKey struct {
-	protocol v1.Protocol
-	port     int32
-}
-
 // render computes the map elements and the shared chains they point to for
 // svc given its slices. prev is what was committed for it (nil if nothing),
 // so that endpoints keep their index. It is a pure function of its inputs.
 func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, prev *renderedService) *renderedService {
-	r := &renderedService{
-		vip:    svc.vip,
-		chains: map[string][]string{},
-		slots:  map[portKey][]endpoint{},
-	}
-	r.elements = append(r.elements, element{container: clustersetIPsSet, key: svc.vip})
+	n := &nftablesService{chains: map[string][]string{}}
+	r := &renderedService{vip: svc.vip, slots: map[portKey][]endpoint{}, rules: n}
+	n.elements = append(n.elements, element{container: clustersetIPsSet, key: svc.vip})
 	for _, p := range svc.ports {
 		c := pol.choose(svc, endpointsFor(p, slices))
 		proto := strings.ToLower(string(p.protocol))
@@ -273,7 +242,7 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 			if c.dropped {
 				verdict = dropVerdict
 			}
-			r.elements = append(r.elements, element{container: noEndpointServicesMap, key: key, value: verdict})
+			n.elements = append(n.elements, element{container: noEndpointServicesMap, key: key, value: verdict})
 			continue
 		}
 		var before []endpoint
@@ -284,18 +253,18 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 		r.slots[pk] = slots
 		r.endpoints += len(slots)
 		for i, e := range slots {
-			r.elements = append(r.elements, element{container: backendsMapName(proto),
+			n.elements = append(n.elements, element{container: backendsMapName(proto),
 				key: svc.vip + " . " + port + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
 			if pol.isLocal(e) {
 				ip := e.ip.String()
-				r.elements = append(r.elements, element{container: hairpinConnectionsSet,
+				n.elements = append(n.elements, element{container: hairpinConnectionsSet,
 					key: ip + " . " + ip + " . " + proto + " . " + strconv.Itoa(int(e.port))})
 			}
 		}
 		lb := lbChainName(proto, len(slots), svc.affinityTimeout)
-		r.elements = append(r.elements, element{container: serviceIPsMap, key: key, value: "goto " + lb})
+		n.elements = append(n.elements, element{container: serviceIPsMap, key: key, value: "goto " + lb})
 		if svc.affinityTimeout == 0 {
-			r.chains[lb] = []string{dnatRule(w, proto, fmt.Sprintf("numgen random mod %d", len(slots)))}
+			n.chains[lb] = []string{dnatRule(w, proto, fmt.Sprintf("numgen random mod %d", len(slots)))}
 			continue
 		}
 		// ClientIP affinity: a client remembered with index i goes back
@@ -307,13 +276,13 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 			backend := backendChainName(proto, i, svc.affinityTimeout)
 			rules = append(rules, affinityKey(w, proto, i)+" @"+affinitySet+" goto "+backend)
 			targets[i] = "goto " + backend
-			r.chains[backend] = []string{
+			n.chains[backend] = []string{
 				"update @" + affinitySet + " { " + affinityKey(w, proto, i) + " timeout " +
 					strconv.FormatInt(int64(svc.affinityTimeout/time.Second), 10) + "s }",
 				dnatRule(w, proto, constIndex(i)),
 			}
 		}
-		r.chains[lb] = append(rules, numgenVmap(targets))
+		n.chains[lb] = append(rules, numgenVmap(targets))
 	}
 	return r
 }
