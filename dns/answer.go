@@ -5,10 +5,26 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+	"k8s.io/klog/v2"
 )
 
 // Step three of answering: build the records of an answer from what the
 // Index holds.
+
+// zone answers questions about the clusterset zone, and the reverse names
+// of what it serves, from an Index: for the Server's queries, and ahead of
+// them for the answers the Index packs when it publishes a service. It
+// knows the zone's names and TTL, not sockets.
+type zone struct {
+	index        *Index
+	names        zoneNames
+	ttl          uint32
+	nsAddresses  []netip.Addr
+	localCluster string
+	// maxUDPSize bounds the answers packed for the UDP fast path.
+	maxUDPSize int
+	logger     klog.Logger
+}
 
 // SchemaVersion is the MCS DNS schema version served as
 // dns-version.<zone> TXT.
@@ -31,124 +47,146 @@ const maxNameLen = 254
 // answer fills m with the answer to question q, parsed as qn. turn gives
 // the position multi-address answers start at; it is called once per
 // answer that has two addresses or more to turn.
-func (s *Server) answer(m *dns.Msg, q dns.Question, qn question, turn func() uint64) {
+func (zn *zone) answer(m *dns.Msg, q dns.Question, qn question, turn func() uint64) {
 	m.Authoritative = true
-	t := q.Qtype
-	apex := s.names.origin
+	apex := zn.names.origin
 	if qn.zone != "" {
 		apex = qn.zone
 	}
 	switch qn.kind {
 	case kindNone:
-		s.nxdomain(m, apex)
+		zn.nxdomain(m, apex)
+	case kindApex, kindReverseApex, kindVersion, kindNameServer:
+		zn.answerZone(m, q, qn)
+	case kindEmpty, kindServices:
+		// Names with nothing but names below them: NODATA.
+	case kindNamespace:
+		if !zn.index.hasNamespace(qn.namespace) {
+			zn.nxdomain(m, apex)
+		}
+	case kindService, kindProto, kindPort, kindCluster, kindEndpoint:
+		zn.answerService(m, q, qn, apex, turn)
+	case kindReverseAbove:
+		if !zn.index.hasAddressBelow(qn.prefix) {
+			zn.nxdomain(m, apex)
+		}
+	case kindReverse:
+		var ok bool
+		if apex, ok = zn.answerReverse(m, q, qn, apex); !ok {
+			return
+		}
+	}
+	if m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0 {
+		// NODATA: the name exists, without records of that type.
+		m.Ns = append(m.Ns, zn.soa(apex))
+	}
+}
+
+// answerZone answers the names of the zone itself: its apexes (and the
+// reverse zones'), the dns-version name, and the name server's name.
+func (zn *zone) answerZone(m *dns.Msg, q dns.Question, qn question) {
+	t := q.Qtype
+	switch qn.kind {
 	case kindApex, kindReverseApex:
 		if t == dns.TypeSOA || t == dns.TypeANY {
-			m.Answer = append(m.Answer, s.soa(q.Name))
+			m.Answer = append(m.Answer, zn.soa(q.Name))
 		}
 		if t == dns.TypeNS || t == dns.TypeANY {
-			m.Answer = append(m.Answer, &dns.NS{Hdr: s.hdr(q.Name, dns.TypeNS), Ns: s.names.nsName})
-			if s.names.nsIn {
-				m.Extra = append(m.Extra, s.addrRecords(s.names.nsName, dns.TypeANY, s.cfg.NSAddresses)...)
+			m.Answer = append(m.Answer, &dns.NS{Hdr: zn.hdr(q.Name, dns.TypeNS), Ns: zn.names.nsName})
+			if zn.names.nsIn {
+				m.Extra = append(m.Extra, zn.addrRecords(zn.names.nsName, dns.TypeANY, zn.nsAddresses)...)
 			}
 		}
 	case kindVersion:
 		if t == dns.TypeTXT || t == dns.TypeANY {
-			m.Answer = append(m.Answer, &dns.TXT{Hdr: s.hdr(q.Name, dns.TypeTXT), Txt: []string{SchemaVersion}})
+			m.Answer = append(m.Answer, &dns.TXT{Hdr: zn.hdr(q.Name, dns.TypeTXT), Txt: []string{SchemaVersion}})
 		}
 	case kindNameServer:
-		m.Answer = append(m.Answer, s.addrRecords(q.Name, t, s.cfg.NSAddresses)...)
-	case kindEmpty, kindServices:
-		// Names with nothing but names below them: NODATA.
-	case kindNamespace:
-		if !s.index.hasNamespace(qn.namespace) {
-			s.nxdomain(m, apex)
-		}
+		m.Answer = append(m.Answer, zn.addrRecords(q.Name, t, zn.nsAddresses)...)
+	}
+}
+
+// answerService answers the names of a service: the service's own, its
+// ports' and protocols' SRV names, and its endpoints' names under their
+// clusters.
+func (zn *zone) answerService(m *dns.Msg, q dns.Question, qn question, apex string, turn func() uint64) {
+	t := q.Qtype
+	svc := zn.index.service(qn.namespace, qn.service)
+	if svc == nil {
+		zn.nxdomain(m, apex)
+		return
+	}
+	switch qn.kind {
 	case kindService:
-		svc := s.index.service(qn.namespace, qn.service)
-		switch {
-		case svc == nil:
-			s.nxdomain(m, apex)
-		case t == dns.TypeSRV:
-			s.srv(m, q.Name, svc, svc.ports, turn)
-		default:
-			m.Answer = append(m.Answer, s.addrRecords(q.Name, t, s.serviceAddrs(svc, t, turn))...)
+		if t == dns.TypeSRV {
+			zn.srv(m, q.Name, svc, svc.ports, turn)
+		} else {
+			m.Answer = append(m.Answer, zn.addrRecords(q.Name, t, zn.serviceAddrs(svc, t, turn))...)
 		}
 	case kindProto:
-		if svc := s.index.service(qn.namespace, qn.service); svc == nil || !svc.hasProto(qn.proto) {
-			s.nxdomain(m, apex)
+		if !svc.hasProto(qn.proto) {
+			zn.nxdomain(m, apex)
 		}
 	case kindPort:
-		svc := s.index.service(qn.namespace, qn.service)
-		if svc == nil {
-			s.nxdomain(m, apex)
-			break
-		}
 		p, ok := svc.port(qn.port, qn.proto)
-		if !ok {
-			s.nxdomain(m, apex)
-			break
-		}
-		if t == dns.TypeSRV || t == dns.TypeANY {
-			s.srv(m, q.Name, svc, []servicePort{p}, turn)
+		switch {
+		case !ok:
+			zn.nxdomain(m, apex)
+		case t == dns.TypeSRV || t == dns.TypeANY:
+			zn.srv(m, q.Name, svc, []servicePort{p}, turn)
 		}
 	case kindCluster:
 		// Above the hostnames of a cluster's endpoints, but with no records
 		// of its own: the spec forbids names that single out one cluster's
 		// backends.
-		if svc := s.index.service(qn.namespace, qn.service); svc == nil || !svc.clusters[qn.cluster] {
-			s.nxdomain(m, apex)
+		if !svc.clusters[qn.cluster] {
+			zn.nxdomain(m, apex)
 		}
 	case kindEndpoint:
-		svc := s.index.service(qn.namespace, qn.service)
-		if svc == nil {
-			s.nxdomain(m, apex)
-			break
-		}
 		h, ok := svc.host(qn.hostname, qn.cluster)
 		if !ok {
-			s.nxdomain(m, apex)
-			break
-		}
-		m.Answer = append(m.Answer, s.addrRecords(q.Name, t, h.addrs)...)
-	case kindReverseAbove:
-		if !s.index.hasAddressBelow(qn.prefix) {
-			s.nxdomain(m, apex)
-		}
-	case kindReverse:
-		target, ok := s.ptrTarget(qn.addr)
-		switch {
-		case !ok && qn.zone != "":
-			s.nxdomain(m, apex)
-			return
-		case !ok:
-			// Not an address this server serves, outside its reverse
-			// zones: not authoritative.
-			m.Authoritative = false
-			m.Rcode = dns.RcodeRefused
+			zn.nxdomain(m, apex)
 			return
 		}
-		if t == dns.TypePTR || t == dns.TypeANY {
-			m.Answer = append(m.Answer, &dns.PTR{Hdr: s.hdr(q.Name, dns.TypePTR), Ptr: target})
-		}
-		if qn.zone == "" {
-			// Outside the server's reverse zones it is authoritative for
-			// this one name only: it is its own apex.
-			apex = strings.ToLower(q.Name)
-		}
+		m.Answer = append(m.Answer, zn.addrRecords(q.Name, t, h.addrs)...)
 	}
-	if m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0 {
-		// NODATA: the name exists, without records of that type.
-		m.Ns = append(m.Ns, s.soa(apex))
+}
+
+// answerReverse answers an address's reverse name and returns the apex of
+// its negative answers: the reverse zone's, or outside the reverse zones
+// the name itself, for which the server is authoritative alone. ok is
+// false when m is complete: NXDOMAIN in a reverse zone, REFUSED outside.
+func (zn *zone) answerReverse(m *dns.Msg, q dns.Question, qn question, apex string) (string, bool) {
+	target, ok := zn.ptrTarget(qn.addr)
+	switch {
+	case !ok && qn.zone != "":
+		zn.nxdomain(m, apex)
+		return apex, false
+	case !ok:
+		// Not an address this server serves, outside its reverse
+		// zones: not authoritative.
+		m.Authoritative = false
+		m.Rcode = dns.RcodeRefused
+		return apex, false
 	}
+	if q.Qtype == dns.TypePTR || q.Qtype == dns.TypeANY {
+		m.Answer = append(m.Answer, &dns.PTR{Hdr: zn.hdr(q.Name, dns.TypePTR), Ptr: target})
+	}
+	if qn.zone == "" {
+		// Outside the server's reverse zones it is authoritative for
+		// this one name only: it is its own apex.
+		apex = strings.ToLower(q.Name)
+	}
+	return apex, true
 }
 
 // ptrTarget is the name the PTR record of addr points at. Only one PTR
 // record may exist per address (the spec's Limitations): an address two
 // services share, such as a pod behind two headless services, gets the
 // first owner's name that fits in a message.
-func (s *Server) ptrTarget(addr netip.Addr) (string, bool) {
-	for _, o := range s.index.owners(addr) {
-		if name := s.targetName(o); len(name) <= maxNameLen {
+func (zn *zone) ptrTarget(addr netip.Addr) (string, bool) {
+	for _, o := range zn.index.owners(addr) {
+		if name := zn.targetName(o); len(name) <= maxNameLen {
 			return name, true
 		}
 	}
@@ -156,40 +194,40 @@ func (s *Server) ptrTarget(addr netip.Addr) (string, bool) {
 }
 
 // nxdomain makes m a negative answer with the SOA of the zone apex.
-func (s *Server) nxdomain(m *dns.Msg, apex string) {
+func (zn *zone) nxdomain(m *dns.Msg, apex string) {
 	m.Rcode = dns.RcodeNameError
-	m.Ns = append(m.Ns, s.soa(apex))
+	m.Ns = append(m.Ns, zn.soa(apex))
 }
 
-func (s *Server) hdr(name string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: s.ttl}
+func (zn *zone) hdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: zn.ttl}
 }
 
 // soa is the zone's SOA record, owned by apex. Its minimum (the negative
 // caching TTL) is the TTL of every record.
-func (s *Server) soa(apex string) dns.RR {
+func (zn *zone) soa(apex string) dns.RR {
 	return &dns.SOA{
-		Hdr:     s.hdr(apex, dns.TypeSOA),
-		Ns:      s.names.nsName,
-		Mbox:    s.names.mbox,
-		Serial:  s.index.generation.Load(),
+		Hdr:     zn.hdr(apex, dns.TypeSOA),
+		Ns:      zn.names.nsName,
+		Mbox:    zn.names.mbox,
+		Serial:  zn.index.generation.Load(),
 		Refresh: soaRefresh,
 		Retry:   soaRetry,
 		Expire:  soaExpire,
-		Minttl:  s.ttl,
+		Minttl:  zn.ttl,
 	}
 }
 
 // addrRecords are the A (t A), AAAA (t AAAA) or both (t ANY) records of
 // name for addrs; none for other types.
-func (s *Server) addrRecords(name string, t uint16, addrs []netip.Addr) []dns.RR {
+func (zn *zone) addrRecords(name string, t uint16, addrs []netip.Addr) []dns.RR {
 	var out []dns.RR
 	for _, a := range addrs {
 		switch {
 		case a.Is4() && (t == dns.TypeA || t == dns.TypeANY):
-			out = append(out, &dns.A{Hdr: s.hdr(name, dns.TypeA), A: a.AsSlice()})
+			out = append(out, &dns.A{Hdr: zn.hdr(name, dns.TypeA), A: a.AsSlice()})
 		case a.Is6() && (t == dns.TypeAAAA || t == dns.TypeANY):
-			out = append(out, &dns.AAAA{Hdr: s.hdr(name, dns.TypeAAAA), AAAA: a.AsSlice()})
+			out = append(out, &dns.AAAA{Hdr: zn.hdr(name, dns.TypeAAAA), AAAA: a.AsSlice()})
 		}
 	}
 	return out
@@ -200,7 +238,7 @@ func (s *Server) addrRecords(name string, t uint16, addrs []netip.Addr) []dns.RR
 // and for a ClusterSetIP service without ClusterSetIPs, the ready endpoint
 // addresses in an order that turns with every answer (this cluster's
 // endpoints first for the latter).
-func (s *Server) serviceAddrs(svc *service, t uint16, turn func() uint64) []netip.Addr {
+func (zn *zone) serviceAddrs(svc *service, t uint16, turn func() uint64) []netip.Addr {
 	if t != dns.TypeA && t != dns.TypeAAAA && t != dns.TypeANY {
 		return nil
 	}
@@ -221,7 +259,7 @@ func (s *Server) serviceAddrs(svc *service, t uint16, turn func() uint64) []neti
 		if !want(e.addr) {
 			continue
 		}
-		if !svc.headless && e.cluster == s.cfg.LocalCluster {
+		if !svc.headless && e.cluster == zn.localCluster {
 			local = append(local, e.addr)
 		} else {
 			remote = append(remote, e.addr)
@@ -249,7 +287,7 @@ func rotate(addrs []netip.Addr, turn uint64) []netip.Addr {
 // targets are its endpoints' <hostname>.<clusterid> names, but for those
 // too long to be a name (maxNameLen). For the bare name
 // <svc>.<ns>.svc.<zone>, ports are all of the service's ports.
-func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort, turn func() uint64) {
+func (zn *zone) srv(m *dns.Msg, name string, svc *service, ports []servicePort, turn func() uint64) {
 	type record struct {
 		port   uint16
 		target string
@@ -272,11 +310,11 @@ func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort,
 	}
 	for _, p := range ports {
 		if !svc.headless {
-			add(p.number, s.serviceName(svc), func() []netip.Addr { return s.serviceAddrs(svc, dns.TypeANY, turn) })
+			add(p.number, zn.serviceName(svc), func() []netip.Addr { return zn.serviceAddrs(svc, dns.TypeANY, turn) })
 			continue
 		}
 		for _, h := range svc.hosts {
-			if target := s.hostName(svc, h.hostKey); len(target) <= maxNameLen {
+			if target := zn.hostName(svc, h.hostKey); len(target) <= maxNameLen {
 				add(p.number, target, func() []netip.Addr { return h.addrs })
 			}
 		}
@@ -286,26 +324,26 @@ func (s *Server) srv(m *dns.Msg, name string, svc *service, ports []servicePort,
 	}
 	weight := uint16(max(1, 100/len(records)))
 	for _, r := range records {
-		m.Answer = append(m.Answer, &dns.SRV{Hdr: s.hdr(name, dns.TypeSRV), Priority: 0, Weight: weight, Port: r.port, Target: r.target})
+		m.Answer = append(m.Answer, &dns.SRV{Hdr: zn.hdr(name, dns.TypeSRV), Priority: 0, Weight: weight, Port: r.port, Target: r.target})
 	}
 	for _, target := range extraOrder {
-		m.Extra = append(m.Extra, s.addrRecords(target, dns.TypeANY, extra[target])...)
+		m.Extra = append(m.Extra, zn.addrRecords(target, dns.TypeANY, extra[target])...)
 	}
 }
 
 // serviceName is <svc>.<ns>.svc.<zone>.
-func (s *Server) serviceName(svc *service) string {
-	return svc.name + "." + svc.namespace + ".svc." + s.names.origin
+func (zn *zone) serviceName(svc *service) string {
+	return svc.name + "." + svc.namespace + ".svc." + zn.names.origin
 }
 
 // hostName is <hostname>.<clusterid>.<svc>.<ns>.svc.<zone>.
-func (s *Server) hostName(svc *service, h hostKey) string {
-	return h.hostname + "." + h.cluster + "." + s.serviceName(svc)
+func (zn *zone) hostName(svc *service, h hostKey) string {
+	return h.hostname + "." + h.cluster + "." + zn.serviceName(svc)
 }
 
 // targetName is the name a PTR record points at.
-func (s *Server) targetName(t ptrTarget) string {
-	name := t.service + "." + t.namespace + ".svc." + s.names.origin
+func (zn *zone) targetName(t ptrTarget) string {
+	name := t.service + "." + t.namespace + ".svc." + zn.names.origin
 	if t.hostname != "" {
 		name = t.hostname + "." + t.cluster + "." + name
 	}

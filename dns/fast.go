@@ -36,12 +36,12 @@ type nxTemplate struct {
 const nxProbe = "0"
 
 func (s *Server) newNXTemplate() *nxTemplate {
-	probe := nxProbe + ".svc." + s.names.origin
+	probe := nxProbe + ".svc." + s.zone.names.origin
 	m := new(dns.Msg)
 	m.Response = true
 	m.Authoritative = true
 	m.Question = []dns.Question{{Name: probe, Qtype: otherType, Qclass: dns.ClassINET}}
-	s.nxdomain(m, s.names.origin)
+	s.zone.nxdomain(m, s.zone.names.origin)
 	m.Compress = true
 	b, err := m.Pack()
 	if err != nil {
@@ -145,7 +145,7 @@ func parseFast(q []byte) (fq fastQuery, ok bool) {
 // out must hold Config.MaxUDPSize bytes.
 func (s *Server) fastAnswer(q, out []byte, tcp bool) (n int, fq fastQuery, rcode int, ok bool) {
 	p := s.index.packed.Load()
-	if p == nil || p.owner.Load() != s || !s.index.Synced() {
+	if p == nil || p.zone != s.zone || !s.index.Synced() {
 		return 0, fq, 0, false
 	}
 	fq, ok = parseFast(q)

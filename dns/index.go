@@ -8,8 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mcsd-io/mcsd/liveness"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -45,15 +45,15 @@ type Index struct {
 	ptrOwners  map[netip.Addr][]ptrTarget
 	aboveCount map[netip.Prefix]int
 	logger     klog.Logger
-	// packed are the answers packed ahead of queries, once a server is
-	// attached (see pack.go).
+	// packed are the answers packed ahead of queries, once a server's zone
+	// is attached (see pack.go).
 	packed atomic.Pointer[packTable]
 	// gate, when set, holds back ClusterSetIPs the node's data plane does
 	// not carry yet (see GateVIPs).
 	gate *vipGate
-	// gone are the clusters whose endpoints are not served (lower case;
-	// see SetGoneClusters).
-	gone sets.Set[string]
+	// gone are the clusters whose endpoints are not served (see
+	// SetGoneClusters).
+	gone liveness.GoneClusters
 }
 
 // NewIndex returns an empty Index that is not synced yet. Feed it with Run.

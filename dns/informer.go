@@ -5,22 +5,19 @@ import (
 	"fmt"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 )
 
-// Run feeds the Index from the ServiceImport informer of mcs and the
-// EndpointSlice informer of kube: it adds its event handlers, starts the
-// factories (starting an already started factory is harmless), waits until
-// the handlers have seen every object of the initial lists, marks the Index
-// synced, and then keeps it up to date until ctx is done.
-func (x *Index) Run(ctx context.Context, mcs mcsinformers.SharedInformerFactory, kube informers.SharedInformerFactory) error {
-	imports := mcs.Multicluster().V1beta1().ServiceImports().Informer()
-	slices := kube.Discovery().V1().EndpointSlices().Informer()
-
+// Run feeds the Index from the embedder's informers on ServiceImports and
+// MCS EndpointSlices, as proxier.Feed feeds the proxier: the embedder owns
+// and starts them (the EndpointSlice informer may be limited to
+// mcsslice.Selector; slices without both MCS labels are ignored anyway). Run
+// adds its event handlers, waits until they have seen every object of the
+// initial lists, marks the Index synced, and keeps it up to date until ctx
+// is done, when it removes them.
+func (x *Index) Run(ctx context.Context, imports, slices cache.SharedInformer) error {
 	importReg, err := imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { x.onImport(obj) },
 		UpdateFunc: func(_, obj any) { x.onImport(obj) },
@@ -40,8 +37,6 @@ func (x *Index) Run(ctx context.Context, mcs mcsinformers.SharedInformerFactory,
 	}
 	defer func() { _ = slices.RemoveEventHandler(sliceReg) }()
 
-	mcs.Start(ctx.Done())
-	kube.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), importReg.HasSynced, sliceReg.HasSynced) {
 		return fmt.Errorf("dns: ServiceImports and EndpointSlices did not sync before the context ended: %w", context.Cause(ctx))
 	}

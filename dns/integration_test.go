@@ -47,7 +47,8 @@ func TestServeFromAPIServer(t *testing.T) {
 		_ = pc.Close()
 		idx := NewIndex(logger)
 		runDone := make(chan error, 1)
-		go func() { runDone <- idx.Run(ctx, mcsFactory, kubeFactory) }()
+		imports, slices := mcsFactory.Multicluster().V1beta1().ServiceImports().Informer(), kubeFactory.Discovery().V1().EndpointSlices().Informer()
+		go func() { runDone <- idx.Run(ctx, imports, slices) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-runDone; err != nil {
@@ -57,6 +58,8 @@ func TestServeFromAPIServer(t *testing.T) {
 		indexes = append(indexes, idx)
 		ts = append(ts, startServerOn(t, idx, Config{Logger: logger}, lo.host))
 	}
+	mcsFactory.Start(ctx.Done())
+	kubeFactory.Start(ctx.Done())
 
 	const ns = "prod"
 	kube, mcs := member.Kube, member.MCS.MulticlusterV1beta1()

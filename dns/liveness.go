@@ -1,10 +1,6 @@
 package dns
 
-import (
-	"strings"
-
-	"k8s.io/apimachinery/pkg/util/sets"
-)
+import "github.com/mcsd-io/mcsd/liveness"
 
 // SetGoneClusters stops serving the endpoints of the given clusters (their
 // broker Lease expired, as the liveness ConfigMap says) and serves again
@@ -17,15 +13,11 @@ import (
 // cluster's death costs the few that do; the others catch up on their next
 // change (the importer's cleanup of their slices, at the latest), and until
 // then only the ready-endpoint count lags.
-func (x *Index) SetGoneClusters(gone sets.Set[string]) {
-	lower := sets.New[string]()
-	for c := range gone {
-		lower.Insert(strings.ToLower(c))
-	}
+func (x *Index) SetGoneClusters(gone liveness.GoneClusters) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	changed := lower.SymmetricDifference(x.gone)
-	x.gone = lower
+	changed := gone.Changed(x.gone)
+	x.gone = gone
 	if changed.Len() == 0 {
 		return
 	}
@@ -42,7 +34,7 @@ func (x *Index) SetGoneClusters(gone sets.Set[string]) {
 			}
 		}
 	}
-	x.logger.Info("Serving the endpoints of live clusters only", "goneClusters", sets.List(lower), "servicesRepublished", republished)
+	x.logger.Info("Serving the endpoints of live clusters only", "goneClusters", gone.String(), "servicesRepublished", republished)
 }
 
 // servedSlices are the slices of a service whose cluster is not gone.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/miekg/dns"
-	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 func TestGoneClustersAreNotServed(t *testing.T) {
@@ -23,7 +23,7 @@ func TestGoneClustersAreNotServed(t *testing.T) {
 	}
 
 	// Cluster IDs are matched whatever their case.
-	idx.SetGoneClusters(sets.New("C2"))
+	idx.SetGoneClusters(liveness.NewGoneClusters("C2"))
 	dbLive := answers("db.prod.svc.clusterset.local.", dns.TypeA)
 	for _, rr := range dbLive {
 		if strings.HasSuffix(rr, "\t10.2.0.1") {
@@ -46,7 +46,7 @@ func TestGoneClustersAreNotServed(t *testing.T) {
 		t.Fatalf("a ClusterSetIP service's VIP does not depend on liveness: %v", got)
 	}
 
-	idx.SetGoneClusters(sets.New[string]())
+	idx.SetGoneClusters(liveness.NewGoneClusters())
 	if got := answers("db.prod.svc.clusterset.local.", dns.TypeA); !slices.Equal(sortedCopy(got), sortedCopy(dbAll)) {
 		t.Fatalf("db A once c2 is back: %v, want %v", got, dbAll)
 	}

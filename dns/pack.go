@@ -10,7 +10,7 @@ import (
 )
 
 // Answers packed ahead of queries. When the Index publishes a service, the
-// server attached to it builds the answer to every question about the
+// zone attached to it builds the answer to every question about the
 // service's names (through answer, as for any query) and packs it once; the
 // UDP fast path (fast.go) then answers by copying bytes. The packed answers
 // are published beside the service, with the same atomic swap, so a query
@@ -160,47 +160,32 @@ func wireName(name string) string {
 	return string(b[:n])
 }
 
-// packer is what the Index calls when it publishes: the server attached
-// to it.
-type packer interface {
-	// packService returns the entries of the names of a service, keyed by
-	// canonical name; none when it does not exist.
-	packService(svc *service) map[string]*nameEntry
-	// packNamespace returns the entry of <ns>.svc.<zone>.
-	packNamespace(namespace string) (string, *nameEntry)
-	// packReverse returns the entry of an address's reverse name, nil when
-	// it is not served.
-	packReverse(addr netip.Addr) (string, *nameEntry)
-}
-
-// packTable is the Index's side of the packed answers: the table, the
-// server that packs them, and which names each service owns.
+// packTable is the Index's side of the packed answers: the table, the zone
+// that packs them, and which names each service owns.
 type packTable struct {
-	table  *nameTable
-	owner  atomic.Pointer[Server]
-	packer packer
-	names  map[serviceKey][]string
+	table *nameTable
+	zone  *zone
+	names map[serviceKey][]string
 }
 
-// attach makes s the packer of x's answers and packs every name x holds.
-func (x *Index) attach(s *Server) {
+// attach makes zn the packer of x's answers and packs every name x holds.
+func (x *Index) attach(zn *zone) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	p := &packTable{table: newNameTable(), packer: s, names: map[serviceKey][]string{}}
+	p := &packTable{table: newNameTable(), zone: zn, names: map[serviceKey][]string{}}
 	changes := map[string]*nameEntry{}
 	for key := range x.imports {
 		x.repackService(p, key, changes)
 	}
 	for ns := range x.nsCount {
-		name, e := s.packNamespace(ns)
+		name, e := zn.packNamespace(ns)
 		changes[wireName(name)] = e
 	}
 	for a := range x.ptrOwners {
-		name, e := s.packReverse(a)
+		name, e := zn.packReverse(a)
 		changes[wireName(name)] = e
 	}
 	p.table.update(changes)
-	p.owner.Store(s)
 	x.packed.Store(p)
 }
 
@@ -209,7 +194,7 @@ func (x *Index) attach(s *Server) {
 func (x *Index) repackService(p *packTable, key serviceKey, changes map[string]*nameEntry) {
 	var entries map[string]*nameEntry
 	if svc, ok := x.services.load(key); ok && svc.exists() {
-		entries = p.packer.packService(svc)
+		entries = p.zone.packService(svc)
 	}
 	for _, old := range p.names[key] {
 		if _, ok := entries[old]; !ok {
@@ -239,22 +224,22 @@ func (x *Index) repack(key serviceKey, addrs map[netip.Addr]bool, nsChanged bool
 	changes := map[string]*nameEntry{}
 	x.repackService(p, key, changes)
 	for a := range addrs {
-		name, e := p.packer.packReverse(a)
+		name, e := p.zone.packReverse(a)
 		changes[wireName(name)] = e
 	}
 	if nsChanged {
-		name, e := p.packer.packNamespace(key.namespace)
+		name, e := p.zone.packNamespace(key.namespace)
 		changes[wireName(name)] = e
 	}
 	p.table.update(changes)
 }
 
 // packService packs the answers of every name of svc.
-func (s *Server) packService(svc *service) map[string]*nameEntry {
+func (zn *zone) packService(svc *service) map[string]*nameEntry {
 	out := map[string]*nameEntry{}
-	base := s.serviceName(svc)
+	base := zn.serviceName(svc)
 	ns, name := svc.namespace, svc.name
-	out[base] = s.packName(base, question{kind: kindService, namespace: ns, service: name}, svc, dns.TypeA, dns.TypeAAAA, dns.TypeSRV)
+	out[base] = zn.packName(base, question{kind: kindService, namespace: ns, service: name}, svc, dns.TypeA, dns.TypeAAAA, dns.TypeSRV)
 	protos := map[string]bool{}
 	for _, p := range svc.ports {
 		if p.name == "" {
@@ -262,54 +247,54 @@ func (s *Server) packService(svc *service) map[string]*nameEntry {
 		}
 		protos[p.proto] = true
 		n := "_" + p.name + "._" + p.proto + "." + base
-		out[n] = s.packName(n, question{kind: kindPort, port: p.name, proto: p.proto, namespace: ns, service: name}, svc, dns.TypeSRV)
+		out[n] = zn.packName(n, question{kind: kindPort, port: p.name, proto: p.proto, namespace: ns, service: name}, svc, dns.TypeSRV)
 	}
 	for proto := range protos {
 		n := "_" + proto + "." + base
-		out[n] = s.packName(n, question{kind: kindProto, proto: proto, namespace: ns, service: name}, svc)
+		out[n] = zn.packName(n, question{kind: kindProto, proto: proto, namespace: ns, service: name}, svc)
 	}
 	skipped := 0
 	for cluster := range svc.clusters {
 		n := cluster + "." + base
-		out[n] = s.packName(n, question{kind: kindCluster, cluster: cluster, namespace: ns, service: name}, svc)
+		out[n] = zn.packName(n, question{kind: kindCluster, cluster: cluster, namespace: ns, service: name}, svc)
 	}
 	for _, h := range svc.hosts {
-		n := s.hostName(svc, h.hostKey)
+		n := zn.hostName(svc, h.hostKey)
 		if len(n) > maxNameLen {
 			skipped++
 			continue
 		}
-		out[n] = s.packName(n, question{kind: kindEndpoint, hostname: h.hostname, cluster: h.cluster, namespace: ns, service: name}, svc, dns.TypeA, dns.TypeAAAA)
+		out[n] = zn.packName(n, question{kind: kindEndpoint, hostname: h.hostname, cluster: h.cluster, namespace: ns, service: name}, svc, dns.TypeA, dns.TypeAAAA)
 	}
 	if skipped > 0 {
-		s.logger.Info("Leaving endpoint names longer than 253 characters out of DNS", "service", ns+"/"+name, "endpoints", skipped)
+		zn.logger.Info("Leaving endpoint names longer than 253 characters out of DNS", "service", ns+"/"+name, "endpoints", skipped)
 	}
 	return out
 }
 
-func (s *Server) packNamespace(namespace string) (string, *nameEntry) {
-	n := namespace + ".svc." + s.names.origin
-	if !s.index.hasNamespace(namespace) {
+func (zn *zone) packNamespace(namespace string) (string, *nameEntry) {
+	n := namespace + ".svc." + zn.names.origin
+	if !zn.index.hasNamespace(namespace) {
 		return n, nil
 	}
-	return n, s.packName(n, question{kind: kindNamespace, namespace: namespace}, nil)
+	return n, zn.packName(n, question{kind: kindNamespace, namespace: namespace}, nil)
 }
 
-func (s *Server) packReverse(addr netip.Addr) (string, *nameEntry) {
+func (zn *zone) packReverse(addr netip.Addr) (string, *nameEntry) {
 	n := reverseName(addr)
-	if _, ok := s.ptrTarget(addr); !ok {
+	if _, ok := zn.ptrTarget(addr); !ok {
 		return n, nil
 	}
-	qn := s.names.parseReverse(n)
-	return n, s.packName(n, qn, nil, dns.TypePTR)
+	qn := zn.names.parseReverse(n)
+	return n, zn.packName(n, qn, nil, dns.TypePTR)
 }
 
 // packName packs the answers to questions of name: one for each of types,
 // one for every other type.
-func (s *Server) packName(name string, qn question, svc *service, types ...uint16) *nameEntry {
+func (zn *zone) packName(name string, qn question, svc *service, types ...uint16) *nameEntry {
 	e := &nameEntry{}
 	for _, t := range append(types, otherType) {
-		a := s.packAnswer(name, t, qn, svc)
+		a := zn.packAnswer(name, t, qn, svc)
 		if a == nil {
 			a = fullPath
 		}
@@ -320,22 +305,22 @@ func (s *Server) packName(name string, qn question, svc *service, types ...uint1
 
 // packAnswer builds and packs the answer to one question as the full path
 // would (unturned), or returns nil when the fast path cannot give it.
-func (s *Server) packAnswer(name string, t uint16, qn question, svc *service) *packedAnswer {
+func (zn *zone) packAnswer(name string, t uint16, qn question, svc *service) *packedAnswer {
 	m := new(dns.Msg)
 	m.Response = true
 	q := dns.Question{Name: name, Qtype: t, Qclass: dns.ClassINET}
 	m.Question = []dns.Question{q}
 	turns := 0
-	s.answer(m, q, qn, func() uint64 { turns++; return 0 })
+	zn.answer(m, q, qn, func() uint64 { turns++; return 0 })
 	m.Compress = true
 	b, err := m.Pack()
-	if err != nil || len(b)+optLen > s.cfg.MaxUDPSize || turns > 1 {
+	if err != nil || len(b)+optLen > zn.maxUDPSize || turns > 1 {
 		// Too big for the fast path, which never truncates.
 		return nil
 	}
 	a := &packedAnswer{msg: b, rcode: m.Rcode, serial: soaSerialOffset(b)}
 	if turns == 1 {
-		if !s.turnGroups(a, m, svc, t) {
+		if !zn.turnGroups(a, m, svc, t) {
 			return nil
 		}
 	}
@@ -347,7 +332,7 @@ func (s *Server) packAnswer(name string, t uint16, qn question, svc *service) *p
 // one group; the local and the remote records of a ClusterSetIP service
 // without ClusterSetIPs as two. It says false when the answer is not of
 // that shape (such as an SRV answer whose glue turns).
-func (s *Server) turnGroups(a *packedAnswer, m *dns.Msg, svc *service, t uint16) bool {
+func (zn *zone) turnGroups(a *packedAnswer, m *dns.Msg, svc *service, t uint16) bool {
 	size := 2 + 10 + 4 // compressed owner, type, class, TTL, length, IPv4
 	if t == dns.TypeAAAA {
 		size += 12
@@ -362,7 +347,7 @@ func (s *Server) turnGroups(a *packedAnswer, m *dns.Msg, svc *service, t uint16)
 	local := 0
 	if !svc.headless {
 		for _, rr := range m.Answer {
-			if a, ok := netip.AddrFromSlice(rrAddr(rr)); ok && isLocal(svc, a.Unmap(), s.cfg.LocalCluster) {
+			if a, ok := netip.AddrFromSlice(rrAddr(rr)); ok && isLocal(svc, a.Unmap(), zn.localCluster) {
 				local++
 			}
 		}

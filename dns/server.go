@@ -21,8 +21,7 @@ import (
 type Server struct {
 	cfg     Config
 	index   *Index
-	names   zoneNames
-	ttl     uint32
+	zone    *zone
 	metrics *metrics
 	logger  klog.Logger
 	// rotation turns the order of multi-address answers between answers.
@@ -44,19 +43,27 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	logger := cfg.Logger.WithName("dns")
 	s := &Server{
-		cfg:     cfg,
-		index:   cfg.Index,
-		names:   newZoneNames(cfg.Zone, cfg.NSName, cfg.reverseZones()),
-		ttl:     uint32(cfg.TTL / time.Second),
+		cfg:   cfg,
+		index: cfg.Index,
+		zone: &zone{
+			index:        cfg.Index,
+			names:        newZoneNames(cfg.Zone, cfg.NSName, cfg.reverseZones()),
+			ttl:          uint32(cfg.TTL / time.Second),
+			nsAddresses:  cfg.NSAddresses,
+			localCluster: cfg.LocalCluster,
+			maxUDPSize:   cfg.MaxUDPSize,
+			logger:       logger,
+		},
 		metrics: m,
-		logger:  cfg.Logger.WithName("dns"),
+		logger:  logger,
 	}
-	s.svcSuffix = wireName("svc." + s.names.origin)
+	s.svcSuffix = wireName("svc." + s.zone.names.origin)
 	s.nx = s.newNXTemplate()
 	// Pack the answers of what the Index holds, and from now on of every
 	// service it publishes.
-	s.index.attach(s)
+	s.index.attach(s.zone)
 	return s, nil
 }
 
@@ -333,7 +340,7 @@ func (s *Server) resolve(m *dns.Msg, q dns.Question, turn func() uint64) {
 		m.Rcode = dns.RcodeRefused
 		return
 	}
-	qn := s.names.parse(strings.ToLower(q.Name))
+	qn := s.zone.names.parse(strings.ToLower(q.Name))
 	if qn.kind == kindOutside {
 		m.Rcode = dns.RcodeRefused
 		return
@@ -342,5 +349,5 @@ func (s *Server) resolve(m *dns.Msg, q dns.Question, turn func() uint64) {
 		m.Rcode = dns.RcodeServerFailure
 		return
 	}
-	s.answer(m, q, qn, turn)
+	s.zone.answer(m, q, qn, turn)
 }

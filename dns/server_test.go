@@ -687,8 +687,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if srv.cfg.Zone != "example.org." || srv.ttl != 5 || srv.cfg.NSName != "ns.dns.example.org." {
-			t.Errorf("zone %q ttl %d ns %q", srv.cfg.Zone, srv.ttl, srv.cfg.NSName)
+		if srv.cfg.Zone != "example.org." || srv.zone.ttl != 5 || srv.cfg.NSName != "ns.dns.example.org." {
+			t.Errorf("zone %q ttl %d ns %q", srv.cfg.Zone, srv.zone.ttl, srv.cfg.NSName)
 		}
 	})
 }

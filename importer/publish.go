@@ -111,7 +111,7 @@ func (c *Controller) publish(ctx context.Context, state liveness.State) error {
 	}
 	c.cfg.Metrics.wrote("configmap", "update")
 	c.livenessRef.Store(updated)
-	klog.FromContext(ctx).V(2).Info("Published the clusterset's liveness", "configMap", klog.KObj(updated), "goneClusters", liveness.Describe(state.Gone()), "brokerReachable", state.BrokerReachable)
+	klog.FromContext(ctx).V(2).Info("Published the clusterset's liveness", "configMap", klog.KObj(updated), "goneClusters", state.GoneClusters().String(), "brokerReachable", state.BrokerReachable)
 	return nil
 }
 

@@ -14,12 +14,10 @@ package liveness
 
 import (
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // ConfigMapName is the name of the ConfigMap, in the namespace mcsd runs
@@ -54,15 +52,15 @@ type State struct {
 	BrokerLastContact time.Time
 }
 
-// Gone returns the clusters the state says are gone.
-func (s State) Gone() sets.Set[string] {
-	gone := sets.New[string]()
+// GoneClusters returns the clusters the state says are gone.
+func (s State) GoneClusters() GoneClusters {
+	var gone []string
 	for cluster, v := range s.Clusters {
 		if v == Gone {
-			gone.Insert(cluster)
+			gone = append(gone, cluster)
 		}
 	}
-	return gone
+	return NewGoneClusters(gone...)
 }
 
 // Apply writes the state into cm's data and annotations and reports
@@ -121,12 +119,4 @@ func Read(cm *corev1.ConfigMap) State {
 		s.BrokerLastContact, _ = time.Parse(time.RFC3339, cm.Annotations[AnnotationBrokerLastContact])
 	}
 	return s
-}
-
-// Describe says which clusters are gone, for logs: "east, west" or "none".
-func Describe(gone sets.Set[string]) string {
-	if gone.Len() == 0 {
-		return "none"
-	}
-	return strings.Join(slices.Sorted(maps.Keys(gone)), ", ")
 }

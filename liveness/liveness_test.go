@@ -6,9 +6,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes/fake"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func TestStateRoundTrip(t *testing.T) {
@@ -22,7 +23,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatal("applying the same state twice changed something the second time")
 	}
 	got := Read(cm)
-	if !got.Gone().Equal(sets.New("west")) || got.BrokerReachable || !got.BrokerLastContact.Equal(lastContact) {
+	if got.GoneClusters().String() != "west" || got.BrokerReachable || !got.BrokerLastContact.Equal(lastContact) {
 		t.Fatalf("read back %+v", got)
 	}
 	if cm.Annotations["someone/else"] != "kept" {
@@ -43,66 +44,66 @@ func TestStateRoundTrip(t *testing.T) {
 
 func TestReadTakesUnknownWordsForLive(t *testing.T) {
 	cm := &corev1.ConfigMap{Data: map[string]string{"east": "gone", "west": " Gone\n", "north": ""}}
-	if gone := Read(cm).Gone(); !gone.Equal(sets.New("west")) {
-		t.Fatalf("gone %v, want only west (exactly Gone, whitespace aside)", sets.List(gone))
+	if gone := Read(cm).GoneClusters(); gone.String() != "west" {
+		t.Fatalf("gone %v, want only west (exactly Gone, whitespace aside)", gone)
 	}
-	if s := Read(nil); !s.BrokerReachable || s.Gone().Len() != 0 {
+	if s := Read(nil); !s.BrokerReachable || s.GoneClusters().Len() != 0 {
 		t.Fatalf("no ConfigMap reads as %+v", s)
 	}
 }
 
 func TestWatcherReportsChanges(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: "unrelated"}, Data: map[string]string{"east": Gone}})
-	reports := make(chan sets.Set[string], 10)
-	w, err := NewWatcher(kube, "mcsd-system", func(gone sets.Set[string]) { reports <- gone })
+	reports := make(chan GoneClusters, 10)
+	w, err := NewWatcher(kube, "mcsd-system", func(gone GoneClusters) { reports <- gone })
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go w.Run(ctx)
-	next := func(what string) sets.Set[string] {
+	next := func(what string) GoneClusters {
 		t.Helper()
 		select {
 		case g := <-reports:
 			return g
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no report %s", what)
-			return nil
+			return GoneClusters{}
 		}
 	}
 	if g := next("at start"); g.Len() != 0 {
-		t.Fatalf("at start, without the ConfigMap: %v", sets.List(g))
+		t.Fatalf("at start, without the ConfigMap: %v", g)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: ConfigMapName}, Data: map[string]string{"east": Live, "west": Gone}}
 	if _, err := kube.CoreV1().ConfigMaps("mcsd-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if g := next("after create"); !g.Equal(sets.New("west")) {
-		t.Fatalf("after create: %v", sets.List(g))
+	if g := next("after create"); g.String() != "west" {
+		t.Fatalf("after create: %v", g)
 	}
 	cm.Data["east"] = Gone
 	if _, err := kube.CoreV1().ConfigMaps("mcsd-system").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if g := next("after east died"); !g.Equal(sets.New("east", "west")) {
-		t.Fatalf("after east died: %v", sets.List(g))
+	if g := next("after east died"); g.String() != "east, west" {
+		t.Fatalf("after east died: %v", g)
 	}
 	if err := kube.CoreV1().ConfigMaps("mcsd-system").Delete(ctx, ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := next("after delete"); g.Len() != 0 {
-		t.Fatalf("after delete: %v", sets.List(g))
+		t.Fatalf("after delete: %v", g)
 	}
 }
 
 func TestASlowSubscriberDelaysNoOther(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: ConfigMapName}, Data: map[string]string{"east": Gone}})
 	release := make(chan struct{})
-	fast := make(chan sets.Set[string], 10)
+	fast := make(chan GoneClusters, 10)
 	w, err := NewWatcher(kube, "ns",
-		func(sets.Set[string]) { <-release },
-		func(gone sets.Set[string]) { fast <- gone },
+		func(GoneClusters) { <-release },
+		func(gone GoneClusters) { fast <- gone },
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -112,10 +113,30 @@ func TestASlowSubscriberDelaysNoOther(t *testing.T) {
 	go w.Run(ctx)
 	select {
 	case g := <-fast:
-		if !g.Equal(sets.New("east")) {
-			t.Fatalf("fast subscriber got %v", sets.List(g))
+		if g.String() != "east" {
+			t.Fatalf("fast subscriber got %v", g)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the fast subscriber waited for the slow one")
+	}
+}
+
+func TestGoneClustersCompareIDsInLowerCase(t *testing.T) {
+	gone := NewGoneClusters("East")
+	if !gone.Has("east") || !gone.Has("EAST") || gone.Has("west") {
+		t.Fatalf("%v: Has(east)=%v Has(EAST)=%v Has(west)=%v", gone, gone.Has("east"), gone.Has("EAST"), gone.Has("west"))
+	}
+	if changed := NewGoneClusters("east", "north").Changed(gone); changed.String() != "north" {
+		t.Fatalf("changed %v, want north only", changed)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "EAST"}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
+	}
+	if got := gone.Withhold(slice); len(got.Endpoints) != 0 || len(slice.Endpoints) != 1 {
+		t.Fatalf("withheld %v from %v: want no endpoints, the original untouched", got.Endpoints, slice.Endpoints)
+	}
+	if got := NewGoneClusters().Withhold(slice); got != slice {
+		t.Fatal("a slice of a live cluster is not passed as it is")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -23,25 +22,25 @@ type Watcher struct {
 	subscribers []*subscriber
 
 	mu   sync.Mutex
-	last sets.Set[string]
+	last *GoneClusters
 }
 
 // subscriber is told the latest set on a goroutine of its own, so that a
 // slow one (DNS republishing thousands of names) delays no other (the
 // proxier); a set it had no time for is skipped for the next.
 type subscriber struct {
-	onChange func(gone sets.Set[string])
+	onChange func(gone GoneClusters)
 	wake     chan struct{}
 	mu       sync.Mutex
-	latest   sets.Set[string]
+	latest   GoneClusters
 }
 
 // NewWatcher watches only the ConfigMap named ConfigMapName in namespace,
 // so that RBAC may restrict the data plane to that one object. Each
 // subscriber is called from a goroutine of its own, one call at a time,
-// with a set it may keep: first when the initial state is known (possibly
+// with the set of clusters gone: first when the initial state is known (possibly
 // empty: no ConfigMap yet), then with the latest set after each change.
-func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone sets.Set[string])) (*Watcher, error) {
+func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone GoneClusters)) (*Watcher, error) {
 	w := &Watcher{}
 	for _, fn := range subscribers {
 		w.subscribers = append(w.subscribers, &subscriber{onChange: fn, wake: make(chan struct{}, 1)})
@@ -55,7 +54,7 @@ func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func
 	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.observe(obj) },
 		UpdateFunc: func(_, obj any) { w.observe(obj) },
-		DeleteFunc: func(any) { w.publish(sets.New[string]()) },
+		DeleteFunc: func(any) { w.publish(NewGoneClusters()) },
 	}); err != nil {
 		return nil, fmt.Errorf("liveness: watching ConfigMap %s/%s: %w", namespace, ConfigMapName, err)
 	}
@@ -72,7 +71,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	if cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
 		w.mu.Lock()
 		if w.last == nil {
-			w.publishLocked(sets.New[string]())
+			w.publishLocked(NewGoneClusters())
 		}
 		w.mu.Unlock()
 	}
@@ -88,27 +87,27 @@ func (w *Watcher) observe(obj any) {
 	if !ok || cm.Name != ConfigMapName {
 		return
 	}
-	w.publish(Read(cm).Gone())
+	w.publish(Read(cm).GoneClusters())
 }
 
-func (w *Watcher) publish(gone sets.Set[string]) {
+func (w *Watcher) publish(gone GoneClusters) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.publishLocked(gone)
 }
 
-func (w *Watcher) publishLocked(gone sets.Set[string]) {
-	if w.last != nil && w.last.Equal(gone) {
+func (w *Watcher) publishLocked(gone GoneClusters) {
+	if w.last != nil && gone.Changed(*w.last).Len() == 0 {
 		return
 	}
-	klog.InfoS("Clusterset liveness changed", "goneClusters", Describe(gone))
-	w.last = gone
+	klog.InfoS("Clusterset liveness changed", "goneClusters", gone.String())
+	w.last = &gone
 	for _, sub := range w.subscribers {
-		sub.offer(gone.Clone())
+		sub.offer(gone)
 	}
 }
 
-func (s *subscriber) offer(gone sets.Set[string]) {
+func (s *subscriber) offer(gone GoneClusters) {
 	s.mu.Lock()
 	s.latest = gone
 	s.mu.Unlock()

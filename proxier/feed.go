@@ -6,8 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mcsd-io/mcsd/liveness"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -27,13 +27,13 @@ type Feed struct {
 	// mu orders slice deliveries with liveness changes; gone are the
 	// clusters whose endpoints are withheld (see SetGoneClusters).
 	mu   sync.Mutex
-	gone sets.Set[string]
+	gone liveness.GoneClusters
 }
 
 // NewFeed registers p's event handlers on the two informers. Call it before
 // starting them, then [Feed.Run].
 func NewFeed(imports, slices cache.SharedInformer, p Provider) (*Feed, error) {
-	f := &Feed{provider: p, sliceStore: slices.GetStore(), gone: sets.New[string]()}
+	f := &Feed{provider: p, sliceStore: slices.GetStore()}
 	var err error
 	f.imports, err = imports.AddEventHandler(handlers(p.OnServiceImportAdd, p.OnServiceImportUpdate, p.OnServiceImportDelete))
 	if err != nil {
@@ -97,12 +97,12 @@ func (f *Feed) HasSynced() bool { return f.synced.Load() }
 // the set: their slices are delivered again, emptied or whole. The
 // EndpointSlices themselves are left to the importer, which tidies them up
 // later at a bounded rate; the data plane does not wait for that.
-func (f *Feed) SetGoneClusters(gone sets.Set[string]) {
+func (f *Feed) SetGoneClusters(gone liveness.GoneClusters) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before := f.gone
-	changed := gone.SymmetricDifference(before)
-	f.gone = gone.Clone()
+	changed := gone.Changed(before)
+	f.gone = gone
 	if changed.Len() == 0 {
 		return
 	}
@@ -111,35 +111,24 @@ func (f *Feed) SetGoneClusters(gone sets.Set[string]) {
 		if !ok || !changed.Has(s.Labels[mcsv1beta1.LabelSourceCluster]) {
 			continue
 		}
-		f.provider.OnEndpointSliceUpdate(withheld(s, before), withheld(s, f.gone))
+		f.provider.OnEndpointSliceUpdate(before.Withhold(s), f.gone.Withhold(s))
 	}
 }
 
 func (f *Feed) onSliceAdd(s *discoveryv1.EndpointSlice) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.provider.OnEndpointSliceAdd(withheld(s, f.gone))
+	f.provider.OnEndpointSliceAdd(f.gone.Withhold(s))
 }
 
 func (f *Feed) onSliceUpdate(old, cur *discoveryv1.EndpointSlice) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.provider.OnEndpointSliceUpdate(withheld(old, f.gone), withheld(cur, f.gone))
+	f.provider.OnEndpointSliceUpdate(f.gone.Withhold(old), f.gone.Withhold(cur))
 }
 
 func (f *Feed) onSliceDelete(s *discoveryv1.EndpointSlice) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.provider.OnEndpointSliceDelete(s)
-}
-
-// withheld is s as the provider sees it: without endpoints when its source
-// cluster is gone. The informer's object is never modified.
-func withheld(s *discoveryv1.EndpointSlice, gone sets.Set[string]) *discoveryv1.EndpointSlice {
-	if gone.Len() == 0 || !gone.Has(s.Labels[mcsv1beta1.LabelSourceCluster]) {
-		return s
-	}
-	empty := *s
-	empty.Endpoints = nil
-	return &empty
 }

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -20,6 +19,7 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -92,7 +92,7 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 	}
 	backendsAre("both clusters live", "10.1.0.7", "10.2.0.7")
 
-	feed.SetGoneClusters(sets.New("west"))
+	feed.SetGoneClusters(liveness.NewGoneClusters("West"))
 	backendsAre("west gone", "10.1.0.7")
 	// A change to a gone cluster's slice stays withheld.
 	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
@@ -106,6 +106,6 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 	}
 	backendsAre("west gone, its slice updated", "10.1.0.7")
 
-	feed.SetGoneClusters(sets.New[string]())
+	feed.SetGoneClusters(liveness.NewGoneClusters())
 	backendsAre("west back, with its update", "10.1.0.7", "10.2.0.7", "10.2.0.8")
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -140,7 +139,8 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 	var feed *proxier.Feed
 	if dp.dnsServer != nil {
 		running += 2
-		go func() { errc <- dp.dnsIndex.Run(ctx, dp.imports, dp.slices) }()
+		imports, slices := dp.imports.Multicluster().V1beta1().ServiceImports().Informer(), dp.slices.Discovery().V1().EndpointSlices().Informer()
+		go func() { errc <- dp.dnsIndex.Run(ctx, imports, slices) }()
 		go func() { errc <- dp.serveDNS(ctx, o) }()
 	}
 	if dp.provider != nil {
@@ -160,7 +160,7 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 	}
 	// A gone cluster's endpoints leave DNS and the proxier as soon as the
 	// importer's liveness ConfigMap says so, before their slices go.
-	var subscribers []func(sets.Set[string])
+	var subscribers []func(liveness.GoneClusters)
 	if dp.dnsIndex != nil {
 		subscribers = append(subscribers, dp.dnsIndex.SetGoneClusters)
 	}

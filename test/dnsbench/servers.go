@@ -149,8 +149,12 @@ func serveMCSD(ctx context.Context, kubeconfig, listen string) error {
 	}
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsslice.Selector }))
+	mcsFactory := mcsinformers.NewSharedInformerFactory(mcs, 0)
+	imports, slices := mcsFactory.Multicluster().V1beta1().ServiceImports().Informer(), kubeFactory.Discovery().V1().EndpointSlices().Informer()
 	errc := make(chan error, 2)
-	go func() { errc <- idx.Run(ctx, mcsinformers.NewSharedInformerFactory(mcs, 0), kubeFactory) }()
+	go func() { errc <- idx.Run(ctx, imports, slices) }()
+	mcsFactory.Start(ctx.Done())
+	kubeFactory.Start(ctx.Done())
 	go func() { errc <- srv.Run(ctx) }()
 	return <-errc
 }
