@@ -2,56 +2,32 @@ package exporter
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"maps"
 	"net/netip"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	kuberecord "k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/caches"
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
-	"github.com/mcsd-io/mcsd/internal/trim"
-	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
-// Config is what the exporter needs. Clients of the local cluster read
-// exports and write their status; clients of the broker write this
-// cluster's records.
+// Config is what the exporter needs besides its informers. Shared's Local
+// clients read exports and write their status; its Broker clients write
+// this cluster's records.
 type Config struct {
-	ClusterID       string
-	BrokerNamespace string
-
-	Local     kubernetes.Interface
-	LocalMCS  mcsclient.Interface
-	Broker    kubernetes.Interface
-	BrokerMCS mcsclient.Interface
-	// BrokerWatch and BrokerWatchMCS, when set, are the broker clients the
-	// informers use (Broker and BrokerMCS otherwise). The daemon passes
-	// clients whose new connections wait while its heartbeat cannot reach
-	// the broker (internal/dialgate), so the informers resume as soon as
-	// the broker answers again instead of after client-go's retry backoff.
-	BrokerWatch    kubernetes.Interface
-	BrokerWatchMCS mcsclient.Interface
+	controller.Shared
 
 	// ClusterSetIPs is the default for exports without the
 	// AnnotationClusterSetIP annotation.
@@ -64,13 +40,8 @@ type Config struct {
 	// importers do (clustersetip.Rule), so it never copies one they refuse;
 	// empty means any range.
 	ClusterSetCIDRs []netip.Prefix
-
-	Recorder kuberecord.EventRecorder
-	Metrics  *Metrics
-	// Workers is the number of services synced at once (default 4).
-	Workers int
-	// ResyncPeriod re-checks every export this often (default 10 min).
-	ResyncPeriod time.Duration
+	// Metrics (nil: unregistered ones).
+	Metrics *Metrics
 }
 
 // AnnotationClusterSetIP on a ServiceExport turns its VIP on ("true") or off
@@ -79,238 +50,112 @@ const AnnotationClusterSetIP = "mcsd.io/clusterset-ip"
 
 // Controller reconciles ServiceExports with the broker.
 type Controller struct {
+	*controller.Base
 	cfg Config
 
-	localKube  informers.SharedInformerFactory
-	localMCS   mcsinformers.SharedInformerFactory
-	brokerKube informers.SharedInformerFactory
-	brokerMCS  mcsinformers.SharedInformerFactory
-	// brokerClaims holds the ClusterSetIP block claims of every cluster.
-	brokerClaims informers.SharedInformerFactory
-	claims       corelisters.ConfigMapLister
-	exports      mcslisters.ServiceExportLister
-	services     corelisters.ServiceLister
-	slices       discoverylisters.EndpointSliceLister
-	records      mcslisters.ServiceImportLister
-	ownSlices    discoverylisters.EndpointSliceLister
+	exports  mcslisters.ServiceExportLister
+	services corelisters.ServiceLister
+	claims   corelisters.ConfigMapLister
 	// Indexes by service, so that one service's sync reads its own objects
-	// instead of scanning every object of the namespace or broker.
+	// instead of scanning every object of the namespace or broker: the
+	// core controller's EndpointSlices, every cluster's records, and this
+	// cluster's broker EndpointSlices.
 	sliceIndex    cache.Indexer
 	recordIndex   cache.Indexer
 	ownSliceIndex cache.Indexer
-	synced        []cache.InformerSynced
-	queue         workqueue.TypedRateLimitingInterface[string]
 	vips          *vipBook
 	applier       sliceapply.Applier
-	initialized   chan struct{}
 
 	brokerMu   sync.Mutex
 	brokerDown bool
 }
 
-// New builds the exporter; Run starts it.
-func New(cfg Config) (*Controller, error) {
-	if cfg.ClusterID == "" || cfg.BrokerNamespace == "" {
-		return nil, fmt.Errorf("exporter: cluster ID and broker namespace are required")
-	}
-	if cfg.BrokerWatch == nil {
-		cfg.BrokerWatch = cfg.Broker
-	}
-	if cfg.BrokerWatchMCS == nil {
-		cfg.BrokerWatchMCS = cfg.BrokerMCS
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.ResyncPeriod <= 0 {
-		cfg.ResyncPeriod = 10 * time.Minute
-	}
+// New builds the exporter on informers of the local cluster and the
+// broker, which it adds its indexes and event handlers to; Run starts it
+// once their owner has started them.
+func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	if cfg.Recorder == nil {
-		cfg.Recorder = &kuberecord.FakeRecorder{}
-	}
-	c := &Controller{
-		cfg: cfg,
-		// Failures back off to at most 10 s apart; a broker coming back is
-		// noticed sooner by ObserveBroker.
-		queue:       worker.NewQueue("exporter", nil),
-		initialized: make(chan struct{}),
-	}
-	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
-	c.applier = sliceapply.Applier{
-		Client:   cfg.Broker,
-		What:     "broker EndpointSlice",
-		UpToDate: sliceUpToDate,
-		Update:   sliceUpdate,
-		Wrote: func(operation string, _ *discoveryv1.EndpointSlice) {
-			if operation != "found" {
-				cfg.Metrics.writes.WithLabelValues("endpointslice", operation).Inc()
-			}
-		},
-	}
-	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
-	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
-	// On the broker: every cluster's records (for the merge and VIPs), and
-	// only this cluster's slices (to update them in place).
-	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
-		mcsinformers.WithNamespace(cfg.BrokerNamespace),
-		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.LabelServiceNamespace }))
-	c.brokerKube = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = record.ClusterSelector(cfg.ClusterID).String()
-		}))
-
-	c.brokerClaims = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = clustersetip.LabelClaim }))
-	claimInf := c.brokerClaims.Core().V1().ConfigMaps()
-	c.claims = claimInf.Lister()
-	if err := claimInf.Informer().SetTransform(trim.ManagedFields); err != nil {
-		return nil, err
-	}
-	// A claim coming or going changes which VIPs records may hold: every
-	// export is weighed again.
-	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.resyncAll() },
-		UpdateFunc: func(any, any) { c.resyncAll() },
-		DeleteFunc: func(any) { c.resyncAll() },
-	}); err != nil {
-		return nil, err
-	}
-
-	exportInf := c.localMCS.Multicluster().V1beta1().ServiceExports()
-	serviceInf := c.localKube.Core().V1().Services()
-	sliceInf := c.localKube.Discovery().V1().EndpointSlices()
-	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports()
-	ownSliceInf := c.brokerKube.Discovery().V1().EndpointSlices()
-	c.exports, c.services = exportInf.Lister(), serviceInf.Lister()
-	c.records, c.ownSlices = recordInf.Lister(), ownSliceInf.Lister()
-	if err := sliceInf.Informer().AddIndexers(cache.Indexers{record.IndexByService: localSliceServiceIndex}); err != nil {
-		return nil, err
-	}
-	for _, inf := range []cache.SharedIndexInformer{recordInf.Informer(), ownSliceInf.Informer()} {
-		if err := inf.AddIndexers(cache.Indexers{record.IndexByService: record.ServiceIndex}); err != nil {
-			return nil, err
-		}
-	}
-	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), recordInf.Informer(), ownSliceInf.Informer()} {
-		if err := inf.SetTransform(trim.ManagedFields); err != nil {
-			return nil, err
-		}
-	}
-	// Every EndpointSlice of the cluster is cached, read for its endpoints
-	// only and never written back.
-	if err := sliceInf.Informer().SetTransform(trim.RemoteEndpointSlice); err != nil {
-		return nil, err
-	}
-	c.sliceIndex, c.recordIndex, c.ownSliceIndex = sliceInf.Informer().GetIndexer(), recordInf.Informer().GetIndexer(), ownSliceInf.Informer().GetIndexer()
-
-	enqueueObject := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueKeyOf(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueueKeyOf(obj) },
-		DeleteFunc: func(obj any) { c.enqueueKeyOf(obj) },
-	}
-	if _, err := serviceInf.Informer().AddEventHandler(enqueueObject); err != nil {
-		return nil, err
-	}
-	if _, err := exportInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueKeyOf(obj) },
-		// The exporter's own status writes must not trigger another sync.
-		UpdateFunc: func(old, obj any) {
-			o, n := old.(*mcsv1beta1.ServiceExport), obj.(*mcsv1beta1.ServiceExport)
-			if o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) || n.DeletionTimestamp != nil {
-				c.enqueueKeyOf(obj)
-			}
-		},
-		DeleteFunc: func(obj any) { c.enqueueKeyOf(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueLocalSlice(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueueLocalSlice(obj) },
-		DeleteFunc: func(obj any) { c.enqueueLocalSlice(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	// The VIP book learns every cluster's VIPs from this handler, so the
-	// exporter waits for the handler to have seen the initial list, not
-	// only for the cache to hold it: else a restarted exporter could hand
-	// out a VIP its book has not seen yet.
-	recordHandler, err := recordInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.onRecord(nil, obj) },
-		UpdateFunc: func(old, obj any) {
-			c.onRecord(old, obj)
-		},
-		DeleteFunc: func(obj any) { c.onRecord(obj, nil) },
-	})
+	base, err := controller.NewBase("exporter", cfg.Shared, cfg.Metrics.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ownSliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	cfg.Shared = base.Shared
+	c := &Controller{Base: base, cfg: cfg}
+	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
+	c.applier = c.sliceApplier()
+	exports, services, slices := local.Exports(), local.Services(), local.EndpointSlices()
+	records, ownSlices, claims := broker.RecordObjects(), broker.OwnSlices(), broker.Claims()
+	c.exports = mcslisters.NewServiceExportLister(exports.GetIndexer())
+	c.services = corelisters.NewServiceLister(services.GetIndexer())
+	c.claims = corelisters.NewConfigMapLister(claims.GetIndexer())
+	c.sliceIndex, c.recordIndex, c.ownSliceIndex = slices.GetIndexer(), records.GetIndexer(), ownSlices.GetIndexer()
+	if err := controller.AddIndex(slices, record.IndexByService, localSliceServiceIndex); err != nil {
+		return nil, err
+	}
+	for _, inf := range []cache.SharedIndexInformer{records, ownSlices} {
+		if err := controller.AddIndex(inf, record.IndexByService, record.ServiceIndex); err != nil {
+			return nil, err
+		}
+	}
+	err = errors.Join(
+		c.Handle(services, controller.OnAny(c.EnqueueObject)),
+		c.Handle(exports, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.EnqueueObject,
+			// The exporter's own status writes must not trigger another sync.
+			UpdateFunc: func(old, obj any) {
+				o, n := old.(*mcsv1beta1.ServiceExport), obj.(*mcsv1beta1.ServiceExport)
+				if o.Generation != n.Generation || !maps.Equal(o.Annotations, n.Annotations) || n.DeletionTimestamp != nil {
+					c.EnqueueObject(obj)
+				}
+			},
+			DeleteFunc: c.EnqueueObject,
+		}),
+		c.Handle(slices, controller.OnAny(c.enqueueLocalSlice)),
+		// The VIP book learns every cluster's VIPs from this handler, so
+		// the exporter waits for it to have seen the initial list, not
+		// only for the cache to hold it: else a restarted exporter could
+		// hand out a VIP its book has not seen yet.
+		c.Handle(records, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onRecord(nil, obj) },
+			UpdateFunc: c.onRecord,
+			DeleteFunc: func(obj any) { c.onRecord(obj, nil) },
+		}),
 		// Someone else changing or deleting this cluster's slices is
 		// repaired; a slice that appears (made elsewhere, or left from
 		// before and seen late) is checked too.
-		AddFunc:    func(obj any) { c.enqueueBrokerObject(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
-		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
-	}); err != nil {
+		c.Handle(ownSlices, controller.OnAny(c.EnqueueService)),
+		// A claim coming or going changes which VIPs records may hold:
+		// every export is weighed again.
+		c.Handle(claims, controller.OnAny(func(any) { c.resyncAll() })),
+	)
+	if err != nil {
+		c.Release()
 		return nil, err
-	}
-	c.synced = []cache.InformerSynced{
-		exportInf.Informer().HasSynced, serviceInf.Informer().HasSynced, sliceInf.Informer().HasSynced,
-		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced, recordHandler.HasSynced,
-		claimInf.Informer().HasSynced,
 	}
 	return c, nil
 }
 
 // Run syncs until ctx ends. It first waits for every cache, then enqueues
-// the services of this cluster's existing broker records, so exports
-// deleted while the exporter was down are withdrawn.
+// the services of this cluster's existing broker records and slices, so
+// exports deleted while the exporter was down are withdrawn.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS, c.brokerClaims} {
-		f.Start(ctx.Done())
-	}
-	logger.Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("exporter: caches did not sync: %w", ctx.Err())
-	}
-	own, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
-	if err != nil {
-		return err
-	}
-	for _, r := range own {
-		c.enqueueBrokerObject(r)
-	}
-	slices, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, s := range slices {
-		c.enqueueBrokerObject(s)
-	}
-	close(c.initialized)
-	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Syncing export"}
-	pool.Run(ctx, c.cfg.Workers)
-	<-ctx.Done()
-	logger.Info("Stopping exporter")
-	return nil
+	klog.FromContext(ctx).Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
+	return c.Base.Run(ctx, "Syncing export", func(context.Context) error {
+		c.enqueueOwnRecords()
+		for _, s := range c.ownSliceIndex.List() {
+			c.EnqueueService(s)
+		}
+		return nil
+	}, c.sync)
 }
 
-// Synced reports whether the exporter has its caches and started syncing.
-func (c *Controller) Synced() bool {
-	select {
-	case <-c.initialized:
-		return true
-	default:
-		return false
+// enqueueOwnRecords enqueues the services of this cluster's records.
+func (c *Controller) enqueueOwnRecords() {
+	own, _ := mcslisters.NewServiceImportLister(c.recordIndex).ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	for _, r := range own {
+		c.EnqueueService(r)
 	}
 }
 
@@ -331,11 +176,23 @@ func (c *Controller) ObserveBroker(err error) {
 	}
 	klog.InfoS("The broker answers again; syncing every export", "exports", len(exports))
 	for _, se := range exports {
-		c.queue.Add(se.Namespace + "/" + se.Name)
+		c.Queue.Add(se.Namespace + "/" + se.Name)
 	}
-	own, _ := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
-	for _, r := range own {
-		c.enqueueBrokerObject(r)
+	c.enqueueOwnRecords()
+}
+
+// sliceApplier writes this cluster's broker slices, counting its writes.
+func (c *Controller) sliceApplier() sliceapply.Applier {
+	return sliceapply.Applier{
+		Client:   c.cfg.Broker,
+		What:     "broker EndpointSlice",
+		UpToDate: sliceUpToDate,
+		Update:   sliceUpdate,
+		Wrote: func(operation string, _ *discoveryv1.EndpointSlice) {
+			if operation != "found" {
+				c.Metrics.Wrote("endpointslice", operation)
+			}
+		},
 	}
 }
 
@@ -366,17 +223,8 @@ func (c *Controller) resyncAll() {
 		return
 	}
 	for _, se := range exports {
-		c.queue.Add(se.Namespace + "/" + se.Name)
+		c.Queue.Add(se.Namespace + "/" + se.Name)
 	}
-}
-
-func (c *Controller) enqueueKeyOf(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
 }
 
 func (c *Controller) enqueueLocalSlice(obj any) {
@@ -390,7 +238,7 @@ func (c *Controller) enqueueLocalSlice(obj any) {
 	// Only the core controller's slices of a Service: never mcsd's own
 	// imported slices, which carry no kubernetes.io/service-name label.
 	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
-		c.queue.Add(s.Namespace + "/" + svc)
+		c.Queue.Add(s.Namespace + "/" + svc)
 	}
 }
 
@@ -406,21 +254,6 @@ func localSliceServiceIndex(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{record.ServiceKey(s.Namespace, s.Labels[discoveryv1.LabelServiceName])}, nil
-}
-
-// enqueueBrokerObject enqueues the service a broker object belongs to.
-func (c *Controller) enqueueBrokerObject(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return
-	}
-	ns, name := m.GetLabels()[record.LabelServiceNamespace], m.GetLabels()[record.LabelServiceName]
-	if ns != "" && name != "" {
-		c.queue.Add(ns + "/" + name)
-	}
 }
 
 // onRecord keeps the VIP book current and re-syncs the service: another
@@ -450,14 +283,14 @@ func (c *Controller) onRecord(old, cur any) {
 		return
 	}
 	c.vips.observe(latest.Name, holdingOf(latest), oldVIPs, curVIPs)
-	c.enqueueBrokerObject(latest)
+	c.EnqueueService(latest)
 	for _, v := range append(oldVIPs, curVIPs...) {
 		ip, err := netip.ParseAddr(v)
 		if err != nil {
 			continue
 		}
 		for _, h := range c.vips.holdersOf(ip) {
-			c.queue.Add(h.Service)
+			c.Queue.Add(h.Service)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
 
@@ -20,11 +21,12 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"a config without a cluster ID is refused", Config{BrokerNamespace: testBrokerNS}},
-		{"a config without a broker namespace is refused", Config{ClusterID: testCluster}},
+		{"a config without a cluster ID is refused", Config{Shared: controller.Shared{BrokerNamespace: testBrokerNS}}},
+		{"a config without a broker namespace is refused", Config{Shared: controller.Shared{ClusterID: testCluster}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := New(tc.cfg); err == nil {
+			f := newFixture(t, nil)
+			if _, err := New(tc.cfg, f.localInf, f.brokerInf); err == nil {
 				t.Fatal("New accepted it")
 			}
 		})
@@ -32,7 +34,7 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 
 	t.Run("defaults fill what a complete config leaves out", func(t *testing.T) {
 		c := newFixture(t, nil).c
-		if c.cfg.Workers != 4 || c.cfg.ResyncPeriod == 0 || c.cfg.Metrics == nil || c.cfg.BrokerWatch != c.cfg.Broker || c.cfg.BrokerWatchMCS != c.cfg.BrokerMCS {
+		if c.cfg.Workers != 4 || c.cfg.Metrics == nil || c.cfg.Clock == nil || c.cfg.Recorder == nil {
 			t.Fatalf("config after New: %+v", c.cfg)
 		}
 	})
@@ -54,11 +56,11 @@ func TestEventsEnqueueTheServiceTheyConcern(t *testing.T) {
 			delete(s.Labels, discoveryv1.LabelServiceName)
 			c.enqueueLocalSlice(s)
 		}, ""},
-		{"a broker slice enqueues the service its labels name", func(c *Controller) { c.enqueueBrokerObject(brokerSlice) }, testKey},
+		{"a broker slice enqueues the service its labels name", func(c *Controller) { c.EnqueueService(brokerSlice) }, testKey},
 		{"a broker object without service labels enqueues nothing", func(c *Controller) {
-			c.enqueueBrokerObject(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: testBrokerNS, Name: "stray"}})
+			c.EnqueueService(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: testBrokerNS, Name: "stray"}})
 		}, ""},
-		{"a ServiceExport enqueues itself", func(c *Controller) { c.enqueueKeyOf(serviceExport(nil)) }, testKey},
+		{"a ServiceExport enqueues itself", func(c *Controller) { c.EnqueueObject(serviceExport(nil)) }, testKey},
 		{"another cluster's record enqueues its service", func(c *Controller) {
 			c.onRecord(nil, otherRecord("west", exportCreated.Time, nil))
 		}, testKey},
@@ -70,15 +72,15 @@ func TestEventsEnqueueTheServiceTheyConcern(t *testing.T) {
 			c := newFixture(t, nil).c
 			tc.enqueue(c)
 			if tc.want == "" {
-				if n := c.queue.Len(); n != 0 {
+				if n := c.Queue.Len(); n != 0 {
 					t.Fatalf("%d keys enqueued, want none", n)
 				}
 				return
 			}
-			if n := c.queue.Len(); n != 1 {
+			if n := c.Queue.Len(); n != 1 {
 				t.Fatalf("%d keys enqueued, want 1", n)
 			}
-			if key, _ := c.queue.Get(); key != tc.want {
+			if key, _ := c.Queue.Get(); key != tc.want {
 				t.Fatalf("enqueued %q, want %q", key, tc.want)
 			}
 		})
@@ -91,15 +93,15 @@ func TestObserveBrokerSyncsEveryExportWhenTheBrokerAnswersAgain(t *testing.T) {
 	f.add(serviceExport(nil), other, otherRecord("west", exportCreated.Time, nil))
 	own := otherRecord(testCluster, exportCreated.Time, func(e *record.Export) { e.Name = "gone" })
 	f.add(own)
-	close(f.c.initialized)
+	f.c.MarkSynced()
 	drain(f.c) // what the records' events enqueued
 
 	f.c.ObserveBroker(nil)
-	if n := f.c.queue.Len(); n != 0 {
+	if n := f.c.Queue.Len(); n != 0 {
 		t.Fatalf("a broker that answers as before enqueued %d keys", n)
 	}
 	f.c.ObserveBroker(errors.New("the broker is down"))
-	if n := f.c.queue.Len(); n != 0 {
+	if n := f.c.Queue.Len(); n != 0 {
 		t.Fatalf("a broker that fails enqueued %d keys", n)
 	}
 	f.c.ObserveBroker(nil)
@@ -116,10 +118,10 @@ func TestObserveBrokerSyncsEveryExportWhenTheBrokerAnswersAgain(t *testing.T) {
 // drain takes every key off the controller's queue.
 func drain(c *Controller) map[string]bool {
 	got := map[string]bool{}
-	for c.queue.Len() > 0 {
-		key, _ := c.queue.Get()
+	for c.Queue.Len() > 0 {
+		key, _ := c.Queue.Get()
 		got[key] = true
-		c.queue.Done(key)
+		c.Queue.Done(key)
 	}
 	return got
 }
@@ -131,8 +133,8 @@ func TestABrokerSliceThatAppearsIsChecked(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	f.c.brokerKube.Start(ctx.Done())
-	inf := f.c.brokerKube.Discovery().V1().EndpointSlices().Informer()
+	f.brokerInf.Start(ctx.Done())
+	inf := f.brokerInf.OwnSlices()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		t.Fatal("the broker slice informer did not sync")
 	}
@@ -142,11 +144,11 @@ func TestABrokerSliceThatAppearsIsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return f.c.queue.Len() > 0, nil
+		return f.c.Queue.Len() > 0, nil
 	}); err != nil {
 		t.Fatal("a broker slice that appeared enqueued nothing")
 	}
-	if key, _ := f.c.queue.Get(); key != testKey {
+	if key, _ := f.c.Queue.Get(); key != testKey {
 		t.Fatalf("enqueued %q, want %q", key, testKey)
 	}
 }

@@ -25,6 +25,8 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/caches"
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
 
@@ -58,6 +60,9 @@ type fixture struct {
 	localMCS  *mcsfake.Clientset
 	broker    *kubefake.Clientset
 	brokerMCS *mcsfake.Clientset
+	// localInf and brokerInf are the exporter's informers, never started.
+	localInf  *caches.Local
+	brokerInf *caches.Broker
 	events    chan string
 }
 
@@ -74,7 +79,7 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 		brokerMCS: mcsfake.NewSimpleClientset(),
 		events:    make(chan string, 100),
 	}
-	cfg := Config{
+	cfg := Config{Shared: controller.Shared{
 		ClusterID:       testCluster,
 		BrokerNamespace: testBrokerNS,
 		Local:           f.local,
@@ -82,11 +87,13 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 		Broker:          f.broker,
 		BrokerMCS:       f.brokerMCS,
 		Recorder:        &kuberecord.FakeRecorder{Events: f.events},
-	}
+	}}
 	if configure != nil {
 		configure(&cfg)
 	}
-	c, err := New(cfg)
+	f.localInf = caches.NewLocal(f.local, f.localMCS, 0, caches.LocalOptions{})
+	f.brokerInf = caches.NewBroker(f.broker, f.brokerMCS, testBrokerNS, testCluster, 0)
+	c, err := New(cfg, f.localInf, f.brokerInf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +113,7 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(c.queue.ShutDown)
+	t.Cleanup(c.Queue.ShutDown)
 	f.c = c
 	return f
 }
@@ -175,15 +182,15 @@ func (f *fixture) settle() {
 		metav1.ListOptions{LabelSelector: record.ClusterSelector(testCluster).String()})
 	f.check(err)
 
-	f.replace(c.localMCS.Multicluster().V1beta1().ServiceExports().Informer(), items(exports.Items))
-	f.replace(c.localKube.Core().V1().Services().Informer(), items(services.Items))
-	f.replace(c.localKube.Discovery().V1().EndpointSlices().Informer(), items(slices.Items))
-	f.replace(c.brokerKube.Discovery().V1().EndpointSlices().Informer(), items(own.Items))
+	f.replace(f.localInf.Exports(), items(exports.Items))
+	f.replace(f.localInf.Services(), items(services.Items))
+	f.replace(f.localInf.EndpointSlices(), items(slices.Items))
+	f.replace(f.brokerInf.OwnSlices(), items(own.Items))
 	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
 	f.check(err)
-	f.replace(c.brokerClaims.Core().V1().ConfigMaps().Informer(), items(claims.Items))
+	f.replace(f.brokerInf.Claims(), items(claims.Items))
 
-	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
+	recordInf := f.brokerInf.RecordObjects()
 	before := map[string]any{}
 	for _, o := range recordInf.GetIndexer().List() {
 		before[o.(*mcsv1beta1.ServiceImport).Name] = o
@@ -238,7 +245,7 @@ func (f *fixture) clearActions() {
 
 // sync runs one sync of the test service.
 func (f *fixture) sync() error {
-	return f.c.sync(f.ctx, testKey)
+	return f.c.sync(f.ctx, testNamespace, testName)
 }
 
 // mustSync runs one sync of the test service, which must succeed.

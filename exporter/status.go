@@ -98,7 +98,7 @@ func bad(c metav1.Condition) bool { return !good(c) && c.Status != metav1.Condit
 // exports its events would crowd the API server and the client's budget.
 func (c *Controller) writeStatus(ctx context.Context, export *mcsv1beta1.ServiceExport, s *status) error {
 	for _, cond := range s.conditions {
-		c.cfg.Metrics.setCondition(export.Namespace, export.Name, cond)
+		c.Metrics.SetCondition(export.Namespace, export.Name, cond)
 	}
 	if apiequality.Semantic.DeepEqual(export.Status.Conditions, s.conditions) {
 		return nil

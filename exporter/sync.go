@@ -21,15 +21,10 @@ import (
 // sync makes the broker hold exactly this cluster's view of one service and
 // the ServiceExport report it. It is idempotent: with nothing changed it
 // writes nothing.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	logger := klog.FromContext(ctx).WithValues("service", key)
+func (c *Controller) sync(ctx context.Context, namespace, name string) error {
 	export, err := c.exports.ServiceExports(namespace).Get(name)
 	if apierrors.IsNotFound(err) || (err == nil && export.DeletionTimestamp != nil) {
-		c.cfg.Metrics.forget(namespace, name)
+		c.Metrics.Forget(namespace, name)
 		return c.withdraw(ctx, namespace, name)
 	}
 	if err != nil {
@@ -99,7 +94,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if v, ok := res.Verdict(c.cfg.ClusterID); ok {
 		status.conflict(v)
 	}
-	logger.V(4).Info("Synced export", "type", own.Type, "vips", own.VIPs, "clusters", res.Clusters)
+	klog.FromContext(ctx).V(4).Info("Synced export", "type", own.Type, "vips", own.VIPs, "clusters", res.Clusters)
 	return c.writeStatus(ctx, export, status)
 }
 
@@ -155,7 +150,7 @@ func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.Servi
 		case err != nil:
 			return fmt.Errorf("creating broker record for %s/%s: %w", own.Namespace, own.Name, err)
 		default:
-			c.cfg.Metrics.writes.WithLabelValues("record", "create").Inc()
+			c.Metrics.Wrote("record", "create")
 			return nil
 		}
 	}
@@ -165,7 +160,7 @@ func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.Servi
 	if _, err := records.Update(ctx, record.Apply(existing, own), metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating broker record %s: %w", existing.Name, err)
 	}
-	c.cfg.Metrics.writes.WithLabelValues("record", "update").Inc()
+	c.Metrics.Wrote("record", "update")
 	return nil
 }
 
@@ -200,7 +195,7 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 			errs = append(errs, fmt.Errorf("withdrawing broker record %s: %w", r.Name, err))
 			continue
 		}
-		c.cfg.Metrics.writes.WithLabelValues("record", "delete").Inc()
+		c.Metrics.Wrote("record", "delete")
 		klog.InfoS("Withdrew export", "service", klog.KRef(namespace, name), "record", r.Name)
 	}
 	slices, err := c.ownSlicesOf(namespace, name)

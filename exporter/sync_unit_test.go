@@ -352,7 +352,7 @@ func TestSyncKeepsTheBrokerInStepWithTheCluster(t *testing.T) {
 				s := f.ownSlices()[0]
 				s.Endpoints = nil
 				f.check(f.broker.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), &s, testBrokerNS))
-				inf := f.c.brokerKube.Discovery().V1().EndpointSlices().Informer()
+				inf := f.brokerInf.OwnSlices()
 				f.check(inf.GetIndexer().Delete(&s))
 				f.clearActions()
 			},

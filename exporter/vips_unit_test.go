@@ -433,6 +433,8 @@ func TestTheExporterStartsOnlyOnceItsVIPBookHasSeenEveryRecord(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f.c.Run(ctx) }()
+	f.localInf.Start(ctx.Done())
+	f.brokerInf.Start(ctx.Done())
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return f.c.Synced(), nil
 	}); err != nil {

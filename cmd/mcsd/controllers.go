@@ -20,6 +20,8 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/exporter"
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/caches"
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/dialgate"
 	"github.com/mcsd-io/mcsd/internal/events"
 	"github.com/mcsd-io/mcsd/internal/record"
@@ -122,26 +124,34 @@ func (c *controllers) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		local := caches.NewLocal(exporterLocal.kube, exporterLocal.mcs, c.o.controllerResync, caches.LocalOptions{})
+		brk := caches.NewBroker(brokerWatch.kube, brokerWatch.mcs, c.o.brokerNamespace, c.clusterID, c.o.controllerResync)
 		exp, err = exporter.New(exporter.Config{
-			ClusterID:       c.clusterID,
-			BrokerNamespace: c.o.brokerNamespace,
-			Local:           exporterLocal.kube,
-			LocalMCS:        exporterLocal.mcs,
-			Broker:          brokerClients.kube,
-			BrokerMCS:       brokerClients.mcs,
-			BrokerWatch:     brokerWatch.kube,
-			BrokerWatchMCS:  brokerWatch.mcs,
+			Shared: controller.Shared{
+				ClusterID:       c.clusterID,
+				BrokerNamespace: c.o.brokerNamespace,
+				Local:           exporterLocal.kube,
+				LocalMCS:        exporterLocal.mcs,
+				Broker:          brokerClients.kube,
+				BrokerMCS:       brokerClients.mcs,
+				Recorder:        recorder,
+				Workers:         c.o.exporterWorkers,
+			},
 			ClusterSetIPs:   c.o.clusterSetIPs,
 			Allocators:      allocators,
 			ClusterSetCIDRs: c.o.clusterSetCIDRs,
-			Recorder:        recorder,
 			Metrics:         c.exporterMetrics,
-			Workers:         c.o.exporterWorkers,
-			ResyncPeriod:    c.o.controllerResync,
-		})
+		}, local, brk)
 		if err != nil {
 			return err
 		}
+		defer local.Shutdown()
+		defer brk.Shutdown()
+		// Stopped before they are shut down, whatever ends this term.
+		informersCtx, stopInformers := context.WithCancel(ctx)
+		defer stopInformers()
+		local.Start(informersCtx.Done())
+		brk.Start(informersCtx.Done())
 		c.exporter.Store(exp)
 		defer c.exporter.Store(nil)
 		running++

@@ -4,6 +4,7 @@
 package trim
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,3 +75,22 @@ var wellKnownKeys = func() map[string]string {
 	}
 	return m
 }()
+
+// ConfigMap is an informer transform for ConfigMaps read for their data,
+// such as ClusterSetIP block claims and member declarations: it keeps the
+// name, namespace, labels, resourceVersion and creationTimestamp (claims
+// are ordered by them) and the data. Never write back an object this
+// transform made.
+func ConfigMap(obj any) (any, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return ManagedFields(obj)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cm.Name, Namespace: cm.Namespace, Labels: Labels(cm.Labels),
+			ResourceVersion: cm.ResourceVersion, CreationTimestamp: cm.CreationTimestamp,
+		},
+		Data: cm.Data,
+	}, nil
+}

@@ -1,0 +1,108 @@
+package caches
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+
+	"github.com/mcsd-io/mcsd/internal/trim"
+)
+
+// Local are the informers on the member cluster: ServiceExports, Services
+// and the core EndpointSlices the exporter reads; the namespaces,
+// ServiceImports and MCS EndpointSlices the importer reads and writes; the
+// ServiceImports and MCS EndpointSlices a node's data plane reads.
+type Local struct {
+	mcs       mcsinformers.SharedInformerFactory
+	kube      informers.SharedInformerFactory
+	mcsSlices informers.SharedInformerFactory
+	// sliceTransform is what the MCS EndpointSlice cache keeps.
+	sliceTransform cache.TransformFunc
+}
+
+// LocalOptions say how a Local reads MCS EndpointSlices, which the importer
+// writes and the data plane reads.
+type LocalOptions struct {
+	// SliceSelector selects the MCS EndpointSlices to cache, such as
+	// mcsslice.Selector (every MCS slice: a data plane's view) or
+	// mcsslice.ImporterSelector (those mcsd's importer writes, which a
+	// data plane shares with the importer of its process).
+	SliceSelector string
+	// SliceTransform is what their cache keeps (nil: all but
+	// managedFields, as a data plane needs them).
+	SliceTransform cache.TransformFunc
+}
+
+// NewLocal returns the informers of the member cluster reached through
+// kube and mcs, each resynced every resync (0: never).
+func NewLocal(kube kubernetes.Interface, mcs mcsclient.Interface, resync time.Duration, o LocalOptions) *Local {
+	if o.SliceTransform == nil {
+		o.SliceTransform = trim.ManagedFields
+	}
+	return &Local{
+		mcs:  mcsinformers.NewSharedInformerFactory(mcs, resync),
+		kube: informers.NewSharedInformerFactory(kube, resync),
+		mcsSlices: informers.NewSharedInformerFactoryWithOptions(kube, resync,
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.SliceSelector })),
+		sliceTransform: o.SliceTransform,
+	}
+}
+
+// Exports are the cluster's ServiceExports.
+func (l *Local) Exports() cache.SharedIndexInformer {
+	return prepare(l.mcs.Multicluster().V1beta1().ServiceExports().Informer(), trim.ManagedFields)
+}
+
+// Services are the cluster's Services.
+func (l *Local) Services() cache.SharedIndexInformer {
+	return prepare(l.kube.Core().V1().Services().Informer(), trim.ManagedFields)
+}
+
+// EndpointSlices are every EndpointSlice of the cluster, read for their
+// endpoints only and never written back: the exporter mirrors the core
+// controller's.
+func (l *Local) EndpointSlices() cache.SharedIndexInformer {
+	return prepare(l.kube.Discovery().V1().EndpointSlices().Informer(), trim.RemoteEndpointSlice)
+}
+
+// Namespaces are the cluster's namespaces: a service is imported where its
+// namespace exists.
+func (l *Local) Namespaces() cache.SharedIndexInformer {
+	return prepare(l.kube.Core().V1().Namespaces().Informer(), trim.ManagedFields)
+}
+
+// Imports are the cluster's ServiceImports.
+func (l *Local) Imports() cache.SharedIndexInformer {
+	return prepare(l.mcs.Multicluster().V1beta1().ServiceImports().Informer(), trim.ManagedFields)
+}
+
+// MCSSlices are the MCS EndpointSlices of LocalOptions.SliceSelector.
+func (l *Local) MCSSlices() cache.SharedIndexInformer {
+	return prepare(l.mcsSlices.Discovery().V1().EndpointSlices().Informer(), l.sliceTransform)
+}
+
+// Start starts every informer asked for so far; starting one already
+// started is harmless.
+func (l *Local) Start(stop <-chan struct{}) {
+	for _, f := range []factory{l.mcs, l.kube, l.mcsSlices} {
+		f.Start(stop)
+	}
+}
+
+// Shutdown stops the informers and waits for them.
+func (l *Local) Shutdown() {
+	for _, f := range []factory{l.mcs, l.kube, l.mcsSlices} {
+		f.Shutdown()
+	}
+}
+
+// prepare sets an informer's transform; see Broker.prepare.
+func prepare(inf cache.SharedIndexInformer, transform cache.TransformFunc) cache.SharedIndexInformer {
+	_ = inf.SetTransform(transform)
+	return inf
+}

@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"errors"
+
+	"k8s.io/client-go/kubernetes"
+	kuberecord "k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+)
+
+// Shared is what every controller of one cluster is built with: who it is,
+// where the broker keeps the records, the clients it writes through, where
+// its Events go and what time it is. The daemon gives each controller its
+// own clients (their rate limiters apart, so that one's burst never delays
+// another), with the rest the same.
+type Shared struct {
+	// ClusterID is this cluster's ID.
+	ClusterID string
+	// BrokerNamespace is the broker namespace that holds the records.
+	BrokerNamespace string
+
+	// Local and LocalMCS write to this cluster; Broker and BrokerMCS to
+	// the broker. A controller uses those it needs.
+	Local     kubernetes.Interface
+	LocalMCS  mcsclient.Interface
+	Broker    kubernetes.Interface
+	BrokerMCS mcsclient.Interface
+
+	// Recorder gets an Event for every change a user would want to see
+	// (nil: events are dropped).
+	Recorder kuberecord.EventRecorder
+	// Clock measures time: backoffs, Lease ages, timers (nil: the real
+	// clock).
+	Clock clock.WithTicker
+	// Workers is the number of keys synced at once (default 4).
+	Workers int
+}
+
+// DefaultWorkers is Shared.Workers when it is not set.
+const DefaultWorkers = 4
+
+// withDefaults returns s with its defaults filled in, or an error when an
+// identity it cannot do without is missing.
+func (s Shared) withDefaults() (Shared, error) {
+	if s.ClusterID == "" || s.BrokerNamespace == "" {
+		return s, errors.New("cluster ID and broker namespace are required")
+	}
+	if s.Recorder == nil {
+		s.Recorder = &kuberecord.FakeRecorder{}
+	}
+	if s.Clock == nil {
+		s.Clock = clock.RealClock{}
+	}
+	if s.Workers <= 0 {
+		s.Workers = DefaultWorkers
+	}
+	return s, nil
+}
