@@ -177,7 +177,7 @@ func (c *Controller) onRecordDeleted(obj any) {
 // changed admission, and says when the cluster goes over or back under
 // the cap.
 func (c *Controller) evaluateCap(cluster string) {
-	objs, err := c.records.ByIndex(byCluster, cluster)
+	objs, err := c.records.ByIndex(record.IndexByCluster, cluster)
 	if err != nil {
 		return
 	}
@@ -195,11 +195,11 @@ func (c *Controller) evaluateCap(cluster string) {
 	switch {
 	case isOver && !wasOver:
 		klog.InfoS("A cluster exports more services than the cap: its newest records are ignored", "cluster", cluster, "records", len(keys), "cap", c.caps.max, "ignored", ignored)
-		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterOverServiceCap,
+		c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeWarning, EventClusterOverServiceCap,
 			"Cluster %s has %d export records, more than the %d one cluster may contribute: its %d newest are ignored", cluster, len(keys), c.caps.max, ignored)
 	case !isOver && wasOver:
 		klog.InfoS("A cluster exports no more services than the cap again", "cluster", cluster, "records", len(keys), "cap", c.caps.max)
-		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeNormal, EventClusterWithinServiceCap,
+		c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeNormal, EventClusterWithinServiceCap,
 			"Cluster %s has %d export records, within the %d one cluster may contribute: all are imported", cluster, len(keys), c.caps.max)
 	}
 	if !wasOver && !isOver {
@@ -217,7 +217,7 @@ func (c *Controller) evaluateCap(cluster string) {
 		}
 		k := keyOf(r)
 		if admittedBy(wasOver, before, k) != admittedBy(isOver, after, k) {
-			c.enqueueBrokerObject(r)
+			c.EnqueueService(r)
 		}
 	}
 }

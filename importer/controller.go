@@ -2,92 +2,49 @@ package importer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/caches"
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
-	"github.com/mcsd-io/mcsd/internal/trim"
-	"github.com/mcsd-io/mcsd/internal/worker"
-	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
-// Config is what the importer needs. Clients of the broker read every
-// cluster's records; clients of the local cluster write ServiceImports and
-// EndpointSlices.
+// Config is what the importer needs besides its informers. Shared's Local
+// clients write ServiceImports and EndpointSlices; the importer writes
+// nothing to the broker.
 type Config struct {
-	ClusterID       string
-	BrokerNamespace string
+	controller.Shared
 
-	Local     kubernetes.Interface
-	LocalMCS  mcsclient.Interface
-	Broker    kubernetes.Interface
-	BrokerMCS mcsclient.Interface
-	// BrokerWatch and BrokerWatchMCS, when set, are the broker clients the
-	// informers use (Broker and BrokerMCS otherwise). The daemon passes
-	// clients whose new connections wait while its heartbeat cannot reach
-	// the broker (internal/dialgate), so the informers resume as soon as
-	// the broker answers again instead of after client-go's retry backoff.
-	BrokerWatch    kubernetes.Interface
-	BrokerWatchMCS mcsclient.Interface
-
-	// ClusterTTL: a cluster whose broker Lease has not been renewed for
-	// this long is gone (default 10 s).
+	// Liveness says which clusters are live, whose records count, and
+	// whether the broker answers (a liveness.Controller).
+	Liveness Liveness
+	// ClusterTTL is the liveness TTL, said in the Ready condition of a
+	// service no live cluster exports (default liveness.DefaultTTL).
 	ClusterTTL time.Duration
-	// Recorder gets an event for every change a user would want to see on
-	// a ServiceImport (nil: events are dropped).
-	Recorder kuberecord.EventRecorder
 	// Metrics (nil: unregistered ones).
 	Metrics *Metrics
-	// Clock measures Lease ages (nil: the real clock).
-	Clock clock.Clock
-	// Workers is the number of services synced at once (default 4).
-	Workers int
-	// ResyncPeriod re-checks every service this often (default 10 min).
-	ResyncPeriod time.Duration
-	// LivenessNamespace is the namespace of this cluster that holds the
-	// liveness ConfigMap (package liveness) the data plane filters on
-	// (default mcsd-system). It must exist.
-	LivenessNamespace string
 	// CleanupRate is how many services a second are tidied after a
 	// cluster is gone (default DefaultCleanupRate).
 	CleanupRate float64
-
-	// SharedImports and SharedSlices, when set, are informer factories of
-	// the local cluster that the importer shares with the rest of its
-	// process (mcsd's data plane) instead of caching the same objects
-	// twice: every namespace's ServiceImports, and EndpointSlices selected
-	// by mcsslice.ImporterSelector. Their owner sets their transforms (to
-	// trim.ManagedFields) and starts them; the importer adds its indexes
-	// and event handlers, and removes the handlers when it stops.
-	SharedImports mcsinformers.SharedInformerFactory
-	SharedSlices  informers.SharedInformerFactory
 
 	// ClusterSetCIDRs are the clusterset's ClusterSetIP ranges (the
 	// daemon's --clusterset-cidrs): a record's VIP outside them is
@@ -100,14 +57,6 @@ type Config struct {
 	// contribute; its newest beyond that are ignored (default
 	// DefaultMaxServicesPerCluster).
 	MaxServicesPerCluster int
-	// GoneClusterGrace is how long the records of a dead cluster (or of a
-	// cluster without a Lease) still count in merges (default
-	// DefaultGoneClusterGrace).
-	GoneClusterGrace time.Duration
-	// LeaseClockSkew is how far behind this cluster's clock another
-	// cluster's may be for its Lease, seen first, to count as live
-	// (default DefaultLeaseClockSkew).
-	LeaseClockSkew time.Duration
 	// IPFamilies are the IP families this cluster serves (the daemon's
 	// --ip-families). A service none of whose IP families is among them
 	// is imported without ClusterSetIPs and EndpointSlices, so DNS and
@@ -117,14 +66,27 @@ type Config struct {
 	IPFamilies []corev1.IPFamily
 }
 
+// Liveness is what the importer asks of cluster liveness, which package
+// liveness's Controller owns: whether a cluster's endpoints are served,
+// whether its records count in merges, whether the broker answers; and it
+// is told of every transition, to resync or tidy the cluster's services.
+type Liveness interface {
+	Live(cluster string) bool
+	Pinned(cluster string) bool
+	BrokerDown() (lastContact time.Time, down bool)
+	OnTransition(fn func(liveness.Transition))
+	// HasSynced: the importer syncs nothing before liveness is known, or
+	// every cluster would look gone.
+	HasSynced() bool
+	// Object is what Events about the clusterset are about (its
+	// ConfigMap).
+	Object() *corev1.ConfigMap
+}
+
 // DefaultDeniedNamespaces are the namespaces not imported when
 // Config.DeniedNamespaces is nil: no member may place a ServiceImport or
 // endpoints among the cluster's own system services.
 var DefaultDeniedNamespaces = []string{"kube-system"}
-
-// DefaultLivenessNamespace is where the liveness ConfigMap goes when
-// Config.LivenessNamespace is empty: the namespace mcsd's manifests run it in.
-const DefaultLivenessNamespace = "mcsd-system"
 
 // Indexes on the informers' caches, so one sync reads only its service's
 // objects among tens of thousands.
@@ -132,9 +94,7 @@ const (
 	// byService: broker records and EndpointSlices by "<namespace>/<name>"
 	// of the service from their labels; local MCS EndpointSlices by
 	// "<namespace>/<service-name label>".
-	byService = "service"
-	// byCluster: broker records by source cluster.
-	byCluster = "cluster"
+	byService = record.IndexByService
 	// byServiceNamespace: broker records by the service's namespace.
 	byServiceNamespace = "serviceNamespace"
 	// byVIP: broker records by the ClusterSetIPs they hold, which the VIP
@@ -144,52 +104,30 @@ const (
 
 // Controller imports the clusterset's services into this cluster.
 type Controller struct {
-	cfg Config
+	*controller.Base
+	cfg  Config
+	live Liveness
 
-	brokerMCS    mcsinformers.SharedInformerFactory
-	brokerSlices informers.SharedInformerFactory
-	brokerLeases informers.SharedInformerFactory
-	localKube    informers.SharedInformerFactory
-	localSlices  informers.SharedInformerFactory
-	localMCS     mcsinformers.SharedInformerFactory
-	// brokerClaims and brokerDeclarations: ClusterSetIP block claims and
-	// member declarations, the ConfigMaps the trust checks read.
-	brokerClaims       informers.SharedInformerFactory
-	brokerDeclarations informers.SharedInformerFactory
-	claims             cache.Store
-	declarations       cache.Store
-
-	records      cache.Indexer // broker export records
+	records      cache.Indexer // broker export records, decoded
 	remoteSlices cache.Indexer // broker EndpointSlices
 	ownSlices    cache.Indexer // local MCS EndpointSlices written by the importer
 	imports      mcslisters.ServiceImportLister
 	namespaces   corelisters.NamespaceLister
-	synced       []cache.InformerSynced
+	// claims and declarations: ClusterSetIP block claims and member
+	// declarations, the ConfigMaps the trust checks read.
+	claims       cache.Store
+	declarations cache.Store
 
-	// queue holds services ("<namespace>/<name>"); clusterQueue holds
-	// cluster IDs whose liveness is due for reevaluation.
-	queue        workqueue.TypedRateLimitingInterface[string]
-	clusterQueue workqueue.TypedDelayingInterface[string]
 	// capQueue holds clusters whose cap is due for reevaluation.
 	capQueue workqueue.TypedDelayingInterface[string]
-
 	// importCache and ownCache are the ServiceImport and own-slice caches
 	// with the importer's own writes laid over them until the informers
 	// catch up, so a sync right after a write neither re-creates nor
 	// re-reads what it just wrote.
 	importCache cache.MutationCache
 	ownCache    cache.MutationCache
-
-	book       *leaseBook
-	broker     reachability
-	probeNow   chan struct{}
-	publishNow chan struct{}
-	// shared are the handlers on informers the importer does not own.
-	shared      []sharedHandler
-	livenessRef atomic.Pointer[corev1.ConfigMap]
 	cleanup     *pacer
 	slices      sliceapply.Applier
-	initialized chan struct{}
 
 	trust *trust
 	// undeclared are the clusters said to have no declaration (guarded by
@@ -207,39 +145,87 @@ type Controller struct {
 // a watch takes to deliver it.
 const mutationTTL = time.Minute
 
-// New builds the importer; Run starts it.
-func New(cfg Config) (*Controller, error) {
-	if cfg.ClusterID == "" || cfg.BrokerNamespace == "" {
-		return nil, fmt.Errorf("importer: cluster ID and broker namespace are required")
+// New builds the importer on informers of the local cluster and the
+// broker, which it adds its indexes and event handlers to; Run starts it
+// once their owner has started them and liveness is known.
+func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Local == nil || cfg.LocalMCS == nil || cfg.Broker == nil || cfg.BrokerMCS == nil {
-		return nil, fmt.Errorf("importer: clients of the local cluster and of the broker are required")
+	base, err := controller.NewBase("importer", cfg.Shared, cfg.Metrics.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Shared = base.Shared
+	c := &Controller{
+		Base:       base,
+		cfg:        cfg,
+		live:       cfg.Liveness,
+		capQueue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-caps", Clock: cfg.Clock}),
+		trust:      &trust{clusterSet: cfg.ClusterSetCIDRs},
+		undeclared: map[string]bool{},
+		caps:       newCapBook(cfg.MaxServicesPerCluster),
+		denied:     map[string]bool{},
+		rejected:   map[string]map[string]rejection{},
+	}
+	for _, ns := range cfg.DeniedNamespaces {
+		c.denied[ns] = true
+	}
+	c.cleanup = newPacer(cfg.CleanupRate, c.Queue.Add)
+	c.slices = c.sliceApplier()
+	records, remoteSlices, claims, decls := broker.Records(), broker.Slices(), broker.Claims(), broker.Declarations()
+	imports, ownSlices, namespaces := local.Imports(), local.MCSSlices(), local.Namespaces()
+	if err := c.index(records, remoteSlices, ownSlices); err != nil {
+		return nil, err
+	}
+	c.records, c.remoteSlices, c.ownSlices = records.GetIndexer(), remoteSlices.GetIndexer(), ownSlices.GetIndexer()
+	c.claims, c.declarations = claims.GetStore(), decls.GetStore()
+	c.imports = mcslisters.NewServiceImportLister(imports.GetIndexer())
+	c.namespaces = corelisters.NewNamespaceLister(namespaces.GetIndexer())
+	logger := klog.Background().WithName("importer")
+	c.importCache = cache.NewIntegerResourceVersionMutationCache(logger, imports.GetStore(), nil, mutationTTL, true)
+	c.ownCache = cache.NewIntegerResourceVersionMutationCache(logger, ownSlices.GetStore(), ownSlices.GetIndexer(), mutationTTL, true)
+	err = errors.Join(
+		c.Handle(records, c.recordHandler()),
+		c.Handle(remoteSlices, controller.OnAny(c.EnqueueService)),
+		c.Handle(namespaces, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onNamespace,
+			UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
+		}),
+		c.Handle(imports, c.importHandler()),
+		// Edits and deletions by anyone else are repaired.
+		c.Handle(ownSlices, cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, obj any) { c.enqueueOwnSlice(obj) },
+			DeleteFunc: c.enqueueOwnSlice,
+		}),
+		c.Handle(claims, controller.OnAny(func(any) { c.claimsChanged() })),
+		c.Handle(decls, controller.OnAny(func(any) { c.declarationsChanged() })),
+	)
+	if err != nil {
+		c.Release()
+		return nil, err
+	}
+	c.WaitFor(c.live.HasSynced)
+	c.live.OnTransition(c.onTransition)
+	return c, nil
+}
+
+// withDefaults fills in cfg's defaults and checks what has none.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Liveness == nil {
+		return cfg, errors.New("importer: liveness is required")
 	}
 	for i, f := range cfg.IPFamilies {
 		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
-			return nil, fmt.Errorf("importer: unknown IP family %q", f)
+			return cfg, fmt.Errorf("importer: unknown IP family %q", f)
 		}
 		if slices.Contains(cfg.IPFamilies[:i], f) {
-			return nil, fmt.Errorf("importer: IP family %s given twice", f)
+			return cfg, fmt.Errorf("importer: IP family %s given twice", f)
 		}
 	}
 	if cfg.ClusterTTL <= 0 {
-		cfg.ClusterTTL = 10 * time.Second
-	}
-	if cfg.BrokerWatch == nil {
-		cfg.BrokerWatch = cfg.Broker
-	}
-	if cfg.BrokerWatchMCS == nil {
-		cfg.BrokerWatchMCS = cfg.BrokerMCS
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.ResyncPeriod <= 0 {
-		cfg.ResyncPeriod = 10 * time.Minute
-	}
-	if cfg.LivenessNamespace == "" {
-		cfg.LivenessNamespace = DefaultLivenessNamespace
+		cfg.ClusterTTL = liveness.DefaultTTL
 	}
 	if cfg.CleanupRate <= 0 {
 		cfg.CleanupRate = DefaultCleanupRate
@@ -250,354 +236,112 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxServicesPerCluster <= 0 {
 		cfg.MaxServicesPerCluster = DefaultMaxServicesPerCluster
 	}
-	if cfg.GoneClusterGrace <= 0 {
-		cfg.GoneClusterGrace = DefaultGoneClusterGrace
-	}
-	if cfg.LeaseClockSkew <= 0 {
-		cfg.LeaseClockSkew = DefaultLeaseClockSkew
-	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	if cfg.Recorder == nil {
-		cfg.Recorder = &kuberecord.FakeRecorder{}
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	// The queues' delays follow the same clock as Lease ages when it can
-	// drive them.
-	queueClock, ok := cfg.Clock.(clock.WithTicker)
-	if !ok {
-		queueClock = clock.RealClock{}
-	}
-	c := &Controller{
-		cfg: cfg,
-		// Failures back off to at most 10 s apart; the broker coming back
-		// resyncs everything at once anyway.
-		queue:        worker.NewQueue("importer", queueClock),
-		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
-		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
-		capQueue:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-caps", Clock: queueClock}),
-		probeNow:     make(chan struct{}, 1),
-		publishNow:   make(chan struct{}, 1),
-		initialized:  make(chan struct{}),
-		trust:        &trust{clusterSet: cfg.ClusterSetCIDRs},
-		undeclared:   map[string]bool{},
-		caps:         newCapBook(cfg.MaxServicesPerCluster),
-		denied:       map[string]bool{},
-		rejected:     map[string]map[string]rejection{},
-	}
-	for _, ns := range cfg.DeniedNamespaces {
-		c.denied[ns] = true
-	}
-	c.book.skew, c.book.grace = cfg.LeaseClockSkew, cfg.GoneClusterGrace
-	c.cleanup = newPacer(cfg.CleanupRate, c.queue.Add)
-	c.slices = c.sliceApplier()
-	c.broker.lastContact = cfg.Clock.Now()
+	return cfg, nil
+}
 
-	inBroker := func(selector string) func(*metav1.ListOptions) {
-		return func(o *metav1.ListOptions) { o.LabelSelector = selector }
-	}
-	// Broker: every cluster's records, slices and heartbeats, each kind
-	// selected by the labels its writer puts on it.
-	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
-		mcsinformers.WithNamespace(cfg.BrokerNamespace),
-		mcsinformers.WithTweakListOptions(inBroker(record.LabelServiceNamespace)))
-	c.brokerSlices = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
-		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String()+","+record.LabelServiceNamespace)))
-	c.brokerLeases = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
-		informers.WithTweakListOptions(inBroker(record.LabelSourceCluster)))
-	// Local: namespaces (a service is imported where its namespace
-	// exists), ServiceImports, and only the importer's own slices.
-	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
-	c.localSlices, c.localMCS = cfg.SharedSlices, cfg.SharedImports
-	ownsLocal := c.localSlices == nil || c.localMCS == nil
-	if ownsLocal {
-		c.localSlices = informers.NewSharedInformerFactoryWithOptions(cfg.Local, cfg.ResyncPeriod,
-			informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: mcsslice.Manager}).String())))
-		c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
-	}
+// index adds the importer's indexes to its informers, those it shares
+// included (an informer that outlives a leadership term keeps them).
+func (c *Controller) index(records, remoteSlices, ownSlices cache.SharedIndexInformer) error {
+	return errors.Join(
+		controller.AddIndex(records, byService, record.ServiceIndex),
+		controller.AddIndex(records, record.IndexByCluster, record.ClusterIndex),
+		controller.AddIndex(records, byServiceNamespace, serviceNamespaceIndex),
+		controller.AddIndex(records, byVIP, vipIndex),
+		controller.AddIndex(remoteSlices, byService, record.ServiceIndex),
+		controller.AddIndex(ownSlices, byService, localSliceServiceIndex),
+	)
+}
 
-	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
-	remoteSliceInf := c.brokerSlices.Discovery().V1().EndpointSlices().Informer()
-	leaseInf := c.brokerLeases.Coordination().V1().Leases().Informer()
-	nsInf := c.localKube.Core().V1().Namespaces()
-	importInf := c.localMCS.Multicluster().V1beta1().ServiceImports()
-	ownSliceInf := c.localSlices.Discovery().V1().EndpointSlices().Informer()
-
-	if err := recordInf.AddIndexers(cache.Indexers{
-		byService:          record.ServiceIndex,
-		byCluster:          labelIndex(record.LabelSourceCluster),
-		byServiceNamespace: labelIndex(record.LabelServiceNamespace),
-		byVIP:              vipIndex,
-	}); err != nil {
-		return nil, err
-	}
-	if err := remoteSliceInf.AddIndexers(cache.Indexers{byService: record.ServiceIndex}); err != nil {
-		return nil, err
-	}
-	if _, ok := ownSliceInf.GetIndexer().GetIndexers()[byService]; !ok {
-		// A shared informer keeps the index of an earlier term.
-		if err := ownSliceInf.AddIndexers(cache.Indexers{byService: localSliceServiceIndex}); err != nil {
-			return nil, err
-		}
-	}
-	for _, inf := range []cache.SharedIndexInformer{recordInf, remoteSliceInf, leaseInf} {
-		if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler); err != nil {
-			return nil, err
-		}
-	}
-	// Records are kept decoded, not whole (record.Cached).
-	if err := recordInf.SetTransform(record.CacheTransform); err != nil {
-		return nil, err
-	}
-	// Other clusters' slices are read for their endpoints only.
-	if err := remoteSliceInf.SetTransform(trim.RemoteEndpointSlice); err != nil {
-		return nil, err
-	}
-	transformed := []cache.SharedIndexInformer{leaseInf, nsInf.Informer()}
-	if ownsLocal {
-		transformed = append(transformed, importInf.Informer())
-		if err := ownSliceInf.SetTransform(trimOwnSlice); err != nil {
-			return nil, err
-		}
-	}
-	for _, inf := range transformed {
-		if err := inf.SetTransform(trim.ManagedFields); err != nil {
-			return nil, err
-		}
-	}
-	c.records, c.remoteSlices, c.ownSlices = recordInf.GetIndexer(), remoteSliceInf.GetIndexer(), ownSliceInf.GetIndexer()
-	c.imports, c.namespaces = importInf.Lister(), nsInf.Lister()
-	logger := klog.Background().WithName("importer")
-	c.importCache = cache.NewIntegerResourceVersionMutationCache(logger, importInf.Informer().GetStore(), nil, mutationTTL, true)
-	c.ownCache = cache.NewIntegerResourceVersionMutationCache(logger, ownSliceInf.GetStore(), ownSliceInf.GetIndexer(), mutationTTL, true)
-
-	enqueueService := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueBrokerObject(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueueBrokerObject(obj) },
-		DeleteFunc: func(obj any) { c.enqueueBrokerObject(obj) },
-	}
-	// One handler: the cap counts a record before its service is
-	// enqueued, so the sync sees the count (handlers registered apart run
-	// apart).
-	if _, err := recordInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+// recordHandler counts a record for its cluster's cap before its service
+// is enqueued, in one handler, so that the sync sees the count (handlers
+// registered apart run apart), and resyncs the services holding its VIPs.
+func (c *Controller) recordHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			c.onRecordAdded(obj)
-			c.enqueueBrokerObject(obj)
+			c.EnqueueService(obj)
 			c.enqueueVIPHolders(obj)
 		},
 		UpdateFunc: func(old, obj any) {
-			c.enqueueBrokerObject(obj)
+			c.EnqueueService(obj)
 			c.enqueueVIPHolders(old, obj)
 		},
 		DeleteFunc: func(obj any) {
 			c.onRecordDeleted(obj)
-			c.enqueueBrokerObject(obj)
+			c.EnqueueService(obj)
 			c.enqueueVIPHolders(obj)
 		},
-	}); err != nil {
-		return nil, err
 	}
-	if _, err := remoteSliceInf.AddEventHandler(enqueueService); err != nil {
-		return nil, err
-	}
-	if _, err := leaseInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onLease(obj, false) },
-		UpdateFunc: func(_, obj any) { c.onLease(obj, false) },
-		DeleteFunc: func(obj any) { c.onLease(obj, true) },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onNamespace(obj) },
-		UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	importReg, err := importInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// The importer's own status writes need no sync; a changed spec,
-		// label or annotation (a hand edit, or its own write) does, and a
-		// deleted ServiceImport is recreated while the service is exported.
+}
+
+// importHandler resyncs a service whose ServiceImport changed in what the
+// importer owns: its own status writes need no sync; a changed spec, label
+// or annotation (a hand edit, or its own write) does, and a deleted
+// ServiceImport is recreated while the service is exported.
+func (c *Controller) importHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*mcsv1beta1.ServiceImport), obj.(*mcsv1beta1.ServiceImport)
 			if o.Generation != n.Generation || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) {
-				c.enqueueLocalImport(obj)
+				c.EnqueueObject(obj)
 			}
 		},
-		DeleteFunc: func(obj any) { c.enqueueLocalImport(obj) },
-	})
-	if err != nil {
-		return nil, err
+		DeleteFunc: c.EnqueueObject,
 	}
-	ownSliceReg, err := ownSliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// Edits and deletions by anyone else are repaired.
-		UpdateFunc: func(_, obj any) { c.enqueueOwnSlice(obj) },
-		DeleteFunc: func(obj any) { c.enqueueOwnSlice(obj) },
-	})
-	if err != nil {
-		_ = importInf.Informer().RemoveEventHandler(importReg)
-		return nil, err
-	}
-	if !ownsLocal {
-		c.shared = []sharedHandler{{importInf.Informer(), importReg}, {ownSliceInf, ownSliceReg}}
-	}
-	c.synced = []cache.InformerSynced{
-		recordInf.HasSynced, remoteSliceInf.HasSynced, leaseInf.HasSynced,
-		nsInf.Informer().HasSynced, importReg.HasSynced, ownSliceReg.HasSynced,
-	}
-	if err := c.newTrustInformers(); err != nil {
-		c.releaseShared()
-		return nil, err
-	}
-	return c, nil
 }
 
-// Run imports until ctx ends. It waits for every cache, enqueues every
-// service with a record and every ServiceImport or slice the importer
-// wrote (so what was unexported while it was down goes), then syncs.
+// Run imports until ctx ends. It waits for every cache and for liveness,
+// enqueues every service with a record and every ServiceImport or slice
+// the importer wrote (so what was unexported while it was down goes), then
+// syncs.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	defer c.releaseShared()
-	defer c.queue.ShutDown()
-	defer c.clusterQueue.ShutDown()
 	defer c.capQueue.ShutDown()
-	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.brokerClaims, c.brokerDeclarations, c.localKube, c.localSlices, c.localMCS} {
-		f.Start(ctx.Done())
-	}
-	logger.Info("Starting importer", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "clusterTTL", c.cfg.ClusterTTL)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("importer: caches did not sync: %w", ctx.Err())
-	}
-	// Clusters without a Lease are dead since now; the records of every
-	// cluster are weighed, and the caps computed from every record, before
-	// the first sync.
-	c.book.start(c.cfg.Clock.Now())
-	for _, cluster := range c.records.ListIndexFuncValues(byCluster) {
-		c.evaluateCap(cluster)
-		c.clusterQueue.Add(cluster)
-	}
-	close(c.initialized)
-	c.cfg.Metrics.setBrokerReachable(true)
-	c.resyncAll()
-	c.requestPublish()
-	go c.runProbe(ctx)
-	go c.runPublisher(ctx)
-	go c.cleanup.run(ctx)
-	go wait.UntilWithContext(ctx, c.clusterWorker, time.Second)
-	go wait.Until(c.capWorker, time.Second, ctx.Done())
-	pool := &worker.Pool{Queue: c.queue, Sync: c.sync, Observe: c.cfg.Metrics.observeSync, What: "Importing service", Clock: c.cfg.Clock}
-	pool.Run(ctx, c.cfg.Workers)
-	<-ctx.Done()
-	logger.Info("Stopping importer")
-	return nil
-}
-
-// Synced reports whether the importer has its caches and started syncing.
-func (c *Controller) Synced() bool {
-	select {
-	case <-c.initialized:
-		return true
-	default:
-		return false
-	}
-}
-
-// clusterWorker reevaluates clusters whose Lease changed or is due to
-// expire, and resyncs their services when their liveness flips.
-func (c *Controller) clusterWorker(ctx context.Context) {
-	for {
-		cluster, quit := c.clusterQueue.Get()
-		if quit {
-			return
+	klog.FromContext(ctx).Info("Starting importer", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "clusterTTL", c.cfg.ClusterTTL)
+	return c.Base.Run(ctx, "Importing service", func(ctx context.Context) error {
+		// The caps are computed from every record before the first sync.
+		for _, cluster := range c.records.ListIndexFuncValues(record.IndexByCluster) {
+			c.evaluateCap(cluster)
 		}
-		c.syncCluster(ctx, cluster)
-		c.clusterQueue.Done(cluster)
+		c.resyncAll()
+		go c.cleanup.run(ctx)
+		go wait.Until(c.capWorker, time.Second, ctx.Done())
+		return nil
+	}, c.sync)
+}
+
+// onTransition resyncs the services of a cluster whose liveness or
+// standing in merges changed, or tidies them up at the cleanup rate when
+// it is gone (the data plane stopped serving its endpoints already), and
+// every service when the broker answers again.
+func (c *Controller) onTransition(t liveness.Transition) {
+	switch t.Kind {
+	case liveness.ClusterGone:
+		c.cleanup.enqueue(c.serviceKeysOfCluster(t.Cluster))
+	case liveness.ClusterUnpinned:
+		keys := c.serviceKeysOfCluster(t.Cluster)
+		c.cfg.Metrics.ignoredRecord(ReasonClusterGonePastGrace, len(keys))
+		c.enqueue(keys)
+	case liveness.ClusterLive, liveness.ClusterPinned:
+		// Its slices may have been cleaned up: restore them now.
+		c.enqueue(c.serviceKeysOfCluster(t.Cluster))
+	case liveness.BrokerBack:
+		c.resyncAll()
 	}
 }
 
-func (c *Controller) syncCluster(ctx context.Context, cluster string) {
-	logger := klog.FromContext(ctx)
-	live, changed, known := c.book.transition(cluster)
-	if changed {
-		// The data plane acts on the published liveness; the services'
-		// objects follow.
-		c.requestPublish()
-		keys := c.serviceKeysOfCluster(cluster)
-		switch {
-		case live:
-			logger.Info("Cluster is live: its Lease is renewed", "cluster", cluster, "services", len(keys))
-			if known {
-				c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeNormal, EventClusterBack,
-					"Cluster %s is back: its broker Lease is renewed again; its endpoints of %d services are served again", cluster, len(keys))
-			}
-			// Its slices may have been cleaned up: restore them now.
-			for _, key := range keys {
-				c.queue.Add(key)
-			}
-		default:
-			logger.Info("Cluster is gone: its Lease was not renewed within the TTL; its endpoints are no longer served", "cluster", cluster, "ttl", c.cfg.ClusterTTL, "services", len(keys))
-			c.cfg.Metrics.clusterDropped(cluster)
-			c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterLeft,
-				"Cluster %s is gone: its broker Lease was not renewed within %s; its endpoints of %d services are no longer served until it renews", cluster, c.cfg.ClusterTTL, len(keys))
-			c.cleanup.enqueue(keys)
-		}
-	}
-	if pinned, changed := c.book.pinTransition(cluster); changed {
-		keys := c.serviceKeysOfCluster(cluster)
-		if pinned {
-			logger.Info("Cluster's records count again in merges", "cluster", cluster, "services", len(keys))
-		} else {
-			logger.Info("Cluster is gone past the grace: its records no longer count in merges (type, ports, ClusterSetIPs)", "cluster", cluster, "grace", c.cfg.GoneClusterGrace, "services", len(keys))
-			c.cfg.Metrics.ignoredRecord(ReasonClusterGonePastGrace, len(keys))
-			c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterGonePastGrace,
-				"Cluster %s has been gone for more than %s: its records of %d services no longer decide their type, ports or ClusterSetIPs until it renews its Lease", cluster, c.cfg.GoneClusterGrace, len(keys))
-		}
-		for _, key := range keys {
-			c.queue.Add(key)
-		}
-	}
-	if d, ok := c.book.nextChange(cluster); ok {
-		// A little past the change, so the evaluation then sees it.
-		c.clusterQueue.AddAfter(cluster, d+10*time.Millisecond)
-	}
-	c.cfg.Metrics.setLiveClusters(c.book.liveCount())
-}
-
-// onLease notes a heartbeat Lease's renewal or deletion and has its
-// cluster reevaluated.
-func (c *Controller) onLease(obj any, deleted bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	l, ok := obj.(*coordinationv1.Lease)
-	if !ok {
-		return
-	}
-	if !deleted {
-		c.observeLease(l, "watch")
-		return
-	}
-	if cluster, ok := leaseCluster(l); ok {
-		c.book.forget(cluster)
-		c.clusterQueue.Add(cluster)
+func (c *Controller) enqueue(keys []string) {
+	for _, key := range keys {
+		c.Queue.Add(key)
 	}
 }
 
-func (c *Controller) observeLease(l *coordinationv1.Lease, source string) {
-	cluster, ok := leaseCluster(l)
-	if !ok {
-		return
-	}
-	v := versionOf(l)
-	renewal := c.book.observe(cluster, v)
-	klog.V(4).InfoS("Saw a heartbeat Lease", "cluster", cluster, "source", source, "renewTime", v.renew, "resourceVersion", l.ResourceVersion, "renewal", renewal)
-	if renewal {
-		c.clusterQueue.Add(cluster)
+// resyncAll enqueues every service the importer knows of.
+func (c *Controller) resyncAll() {
+	if c.Synced() {
+		c.enqueue(c.allServiceKeys())
 	}
 }
 
@@ -612,37 +356,20 @@ func (c *Controller) onNamespace(obj any) {
 		return
 	}
 	for _, o := range objs {
-		c.enqueueBrokerObject(o)
+		c.EnqueueService(o)
 	}
-}
-
-// enqueueBrokerObject enqueues the service a broker object belongs to.
-func (c *Controller) enqueueBrokerObject(obj any) {
-	keys, _ := record.ServiceIndex(obj)
-	for _, k := range keys {
-		c.queue.Add(k)
-	}
-}
-
-func (c *Controller) enqueueLocalImport(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
 }
 
 func (c *Controller) enqueueOwnSlice(obj any) {
 	keys, _ := localSliceServiceIndex(obj)
 	for _, k := range keys {
-		c.queue.Add(k)
+		c.Queue.Add(k)
 	}
 }
 
 // serviceKeysOfCluster returns the services cluster exports.
 func (c *Controller) serviceKeysOfCluster(cluster string) []string {
-	objs, err := c.records.ByIndex(byCluster, cluster)
+	objs, err := c.records.ByIndex(record.IndexByCluster, cluster)
 	if err != nil {
 		return nil
 	}
@@ -689,29 +416,15 @@ func localSliceServiceIndex(obj any) ([]string, error) {
 	return []string{m.GetNamespace() + "/" + name}, nil
 }
 
-func labelIndex(label string) cache.IndexFunc {
-	return func(obj any) ([]string, error) {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return nil, nil
-		}
-		if v := m.GetLabels()[label]; v != "" {
-			return []string{v}, nil
-		}
+// serviceNamespaceIndex indexes broker records by the namespace of their
+// service.
+func serviceNamespaceIndex(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
 		return nil, nil
 	}
-}
-
-// sharedHandler is an event handler on an informer the importer shares.
-type sharedHandler struct {
-	informer     cache.SharedIndexInformer
-	registration cache.ResourceEventHandlerRegistration
-}
-
-// releaseShared removes the importer's handlers from shared informers,
-// which outlive it.
-func (c *Controller) releaseShared() {
-	for _, h := range c.shared {
-		_ = h.informer.RemoveEventHandler(h.registration)
+	if ns := m.GetLabels()[record.LabelServiceNamespace]; ns != "" {
+		return []string{ns}, nil
 	}
+	return nil, nil
 }

@@ -184,7 +184,7 @@ func (c *Controller) writeSlices(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		return err
 	}
 	keepExtras := false
-	if since, down := c.brokerDown(); down && len(have) > len(want) {
+	if since, down := c.live.BrokerDown(); down && len(have) > len(want) {
 		klog.FromContext(ctx).V(2).Info("Not deleting EndpointSlices while the broker is unreachable", "lastContact", since)
 		keepExtras = true
 	}
@@ -218,7 +218,7 @@ func (c *Controller) sliceApplier() sliceapply.Applier {
 		Update:   sliceUpdate,
 		Wrote: func(operation string, s *discoveryv1.EndpointSlice) {
 			if operation != "found" {
-				c.cfg.Metrics.wrote("endpointslice", operation)
+				c.Metrics.Wrote("endpointslice", operation)
 			}
 			if operation != "delete" {
 				c.ownCache.Mutation(s)

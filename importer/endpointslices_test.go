@@ -232,7 +232,7 @@ func TestATrimmedOwnSliceComparesAsTheWholeOne(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
 	}
-	obj, err := trimOwnSlice(whole.DeepCopy())
+	obj, err := TrimOwnSlice(whole.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}

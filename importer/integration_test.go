@@ -263,7 +263,7 @@ func (e *env) event(m *fixture.Member, ns, name, reason string) corev1.Event {
 // ConfigMap.
 func (e *env) livenessEvent(m *fixture.Member, reason string) corev1.Event {
 	e.t.Helper()
-	return e.eventOn(m, "ConfigMap", importer.DefaultLivenessNamespace, liveness.ConfigMapName, reason)
+	return e.eventOn(m, "ConfigMap", liveness.DefaultNamespace, liveness.ConfigMapName, reason)
 }
 
 func (e *env) eventOn(m *fixture.Member, kind, ns, name, reason string) corev1.Event {
@@ -288,7 +288,7 @@ func (e *env) liveness(m *fixture.Member, within time.Duration, what string, ok 
 	e.t.Helper()
 	var last liveness.State
 	err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		cm, err := m.Kube.CoreV1().ConfigMaps(importer.DefaultLivenessNamespace).Get(ctx, liveness.ConfigMapName, metav1.GetOptions{})
+		cm, err := m.Kube.CoreV1().ConfigMaps(liveness.DefaultNamespace).Get(ctx, liveness.ConfigMapName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -743,7 +743,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 				t.Fatalf("%s: the VIP changed to %v when cluster3 died", m.ID, si.Spec.IPs)
 			}
 			e.liveness(m, time.Second, "saying cluster3 is gone", func(s liveness.State) bool { return s.Clusters[c3.ID] == liveness.Gone })
-			e.livenessEvent(m, importer.EventClusterLeft)
+			e.livenessEvent(m, liveness.EventClusterLeft)
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_cluster_dropped_total", map[string]string{"cluster": c3.ID}); v < 1 {
 				t.Fatalf("%s: cluster_dropped_total{cluster3} = %v", m.ID, v)
 			}
@@ -786,7 +786,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 				return slices.Equal(clustersOf(si), []string{c1.ID, c3.ID})
 			})
 			e.liveness(m, time.Second, "saying cluster3 is live", func(s liveness.State) bool { return s.Clusters[c3.ID] == liveness.Live })
-			e.livenessEvent(m, importer.EventClusterBack)
+			e.livenessEvent(m, liveness.EventClusterBack)
 		}
 	})
 
@@ -832,7 +832,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 0 {
 				t.Fatalf("%s: broker_reachable = %v during the outage", m.ID, v)
 			}
-			e.livenessEvent(m, importer.EventBrokerUnreachable)
+			e.livenessEvent(m, liveness.EventBrokerUnreachable)
 		}
 		if err := hold.For(ctx, 30*time.Second-time.Since(began), time.Second, func(context.Context) error {
 			for _, m := range members {
@@ -881,7 +881,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 		for _, m := range members {
 			e.liveness(m, 5*time.Second, "saying the broker answers", func(s liveness.State) bool { return s.BrokerReachable })
-			e.livenessEvent(m, importer.EventBrokerReachable)
+			e.livenessEvent(m, liveness.EventBrokerReachable)
 			if v := metricValue(e.importers[m.ID].Registry, "mcsd_importer_broker_reachable", nil); v != 1 {
 				t.Fatalf("%s: broker_reachable = %v after the outage", m.ID, v)
 			}

@@ -16,13 +16,13 @@ import (
 // never written to the API server.
 const contentDigestAnnotation = "importer.mcsd.io/cached-content-digest"
 
-// trimOwnSlice is the transform of the importer's own-slice cache when the
-// cache is its own (Config.SharedSlices unset): the importer only compares
+// TrimOwnSlice is the transform of the importer's own-slice cache when no
+// data plane shares it (caches.LocalOptions.SliceTransform): the importer only compares
 // what a slice holds with what it wants and writes whole updates, so the
 // endpoints and ports give way to their digest. At 10,000 services in 3
 // clusters that is 30,000 slices' endpoints not held twice (the API server
 // has them). A shared cache keeps them: the data plane reads them.
-func trimOwnSlice(obj any) (any, error) {
+func TrimOwnSlice(obj any) (any, error) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return trim.ManagedFields(obj)

@@ -18,21 +18,12 @@ import (
 	"github.com/mcsd-io/mcsd/internal/merge"
 )
 
-// Event reasons.
+// Event reasons (liveness's own are package liveness's).
 const (
-	// On the liveness ConfigMap: once per cluster transition.
-	EventClusterLeft = "ClusterLeft"
-	EventClusterBack = "ClusterBack"
-	// On the liveness ConfigMap: once per broker outage.
-	EventBrokerUnreachable = "BrokerUnreachable"
-	EventBrokerReachable   = "BrokerReachable"
 	// On the liveness ConfigMap: once per transition of a cluster over
 	// its cap of records and back under it.
 	EventClusterOverServiceCap   = "ClusterOverServiceCap"
 	EventClusterWithinServiceCap = "ClusterWithinServiceCap"
-	// On the liveness ConfigMap: once per cluster whose records stop
-	// counting in merges after the grace.
-	EventClusterGonePastGrace = "ClusterGonePastGrace"
 	// On the liveness ConfigMap: once per cluster without a member
 	// declaration, whose endpoints are imported unchecked.
 	EventClusterUndeclared = "ClusterUndeclared"
@@ -94,7 +85,7 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 		status.Clusters = append(status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cluster})
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
-	c.cfg.Metrics.setCondition(si.Namespace, si.Name, cond)
+	c.Metrics.SetCondition(si.Namespace, si.Name, cond)
 	// Rejected is on the ServiceImport only while something is rejected:
 	// the clusterset's ServiceImports do not all take a write for it.
 	if rejectedCond.Status == metav1.ConditionTrue {
@@ -102,7 +93,7 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, ConditionRejected)
 	}
-	c.cfg.Metrics.setCondition(si.Namespace, si.Name, rejectedCond)
+	c.Metrics.SetCondition(si.Namespace, si.Name, rejectedCond)
 	if apiequality.Semantic.DeepEqual(&si.Status, status) {
 		return nil
 	}
@@ -112,7 +103,7 @@ func (c *Controller) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 	if err != nil {
 		return fmt.Errorf("updating status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
-	c.cfg.Metrics.wrote("serviceimport", "update-status")
+	c.Metrics.Wrote("serviceimport", "update-status")
 	c.importCache.Mutation(updated)
 	old := meta.FindStatusCondition(si.Status.Conditions, cond.Type)
 	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason {

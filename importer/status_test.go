@@ -3,6 +3,7 @@ package importer
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,7 @@ func TestReadyCondition(t *testing.T) {
 		{"a service of unknown families in an IPv6 cluster", res, []string{"east"}, []corev1.IPFamily{v6}, metav1.ConditionTrue, "Ready", "east"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := readyCondition(tc.res, tc.live, ttl, tc.local, 3)
+			c := readyCondition(tc.res, tc.live, 6*time.Second, tc.local, 3)
 			if c.Type != "Ready" || c.Status != tc.status || c.Reason != tc.reason || c.ObservedGeneration != 3 || !strings.Contains(c.Message, tc.says) {
 				t.Fatalf("condition %+v, want %s/%s saying %q", c, tc.status, tc.reason, tc.says)
 			}

@@ -11,7 +11,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -22,14 +21,9 @@ import (
 // sync makes this cluster import one service exactly as the broker's
 // records say: the ServiceImport, its status and its EndpointSlices. It is
 // idempotent: with nothing changed it writes nothing.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	logger := klog.FromContext(ctx).WithValues("service", key)
-	ctx = klog.NewContext(ctx, logger)
-
+func (c *Controller) sync(ctx context.Context, namespace, name string) error {
+	logger := klog.FromContext(ctx)
+	key := record.ServiceKey(namespace, name)
 	si, err := c.cachedImport(key)
 	if err != nil {
 		return err
@@ -137,13 +131,13 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 			continue
 		}
 		exports = append(exports, obj.Export)
-		if c.book.pinned(obj.Export.Cluster) {
+		if c.live.Pinned(obj.Export.Cluster) {
 			pinned++
 		}
 	}
 	if pinned > 0 && pinned < len(exports) {
 		exports = slices.DeleteFunc(exports, func(e record.Export) bool {
-			if c.book.pinned(e.Cluster) {
+			if c.live.Pinned(e.Cluster) {
 				return false
 			}
 			logger.V(4).Info("Leaving out the record of a cluster gone past the grace", "cluster", e.Cluster)
@@ -192,7 +186,7 @@ func (c *Controller) noteRejections(ctx context.Context, key string, rejected []
 func (c *Controller) liveClusters(contributing []string) []string {
 	var live []string
 	for _, cluster := range contributing {
-		if c.book.live(cluster) {
+		if c.live.Live(cluster) {
 			live = append(live, cluster)
 		}
 	}
@@ -230,7 +224,7 @@ func (c *Controller) writeServiceImport(ctx context.Context, si *mcsv1beta1.Serv
 		} else if err != nil {
 			return nil, fmt.Errorf("creating ServiceImport %s/%s: %w", namespace, name, err)
 		} else {
-			c.cfg.Metrics.wrote("serviceimport", "create")
+			c.Metrics.Wrote("serviceimport", "create")
 			c.importCache.Mutation(created)
 			// Routine at scale: logged, not an Event.
 			klog.FromContext(ctx).V(2).Info("Imported service", "serviceImport", klog.KObj(created), "type", spec.Type, "ips", spec.IPs, "clusters", res.Clusters)
@@ -249,7 +243,7 @@ func (c *Controller) writeServiceImport(ctx context.Context, si *mcsv1beta1.Serv
 	if err != nil {
 		return nil, fmt.Errorf("updating ServiceImport %s/%s: %w", namespace, name, err)
 	}
-	c.cfg.Metrics.wrote("serviceimport", "update")
+	c.Metrics.Wrote("serviceimport", "update")
 	c.importCache.Mutation(updated)
 	if len(changed) > 0 {
 		klog.FromContext(ctx).Info("Updated imported service", "serviceImport", klog.KObj(updated), "changed", changed, "ips", spec.IPs)
@@ -307,7 +301,7 @@ func (c *Controller) cachedImport(key string) (*mcsv1beta1.ServiceImport, error)
 // cluster exports any more. While the broker is unreachable nothing is
 // deleted: an empty cache then means nothing.
 func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcsv1beta1.ServiceImport) error {
-	if since, down := c.brokerDown(); down {
+	if since, down := c.live.BrokerDown(); down {
 		klog.FromContext(ctx).V(2).Info("Not removing the import while the broker is unreachable", "lastContact", since)
 		return nil
 	}
@@ -322,14 +316,14 @@ func (c *Controller) remove(ctx context.Context, namespace, name string, si *mcs
 		})
 		switch {
 		case err == nil:
-			c.cfg.Metrics.wrote("serviceimport", "delete")
+			c.Metrics.Wrote("serviceimport", "delete")
 			klog.FromContext(ctx).Info("Removed imported service: no cluster exports it", "serviceImport", klog.KObj(si))
 		case !apierrors.IsNotFound(err):
 			errs = append(errs, fmt.Errorf("deleting ServiceImport %s/%s: %w", namespace, name, err))
 		}
 	}
 	if si != nil {
-		c.cfg.Metrics.forget(namespace, name)
+		c.Metrics.Forget(namespace, name)
 	}
 	c.rejectedMu.Lock()
 	delete(c.rejected, namespace+"/"+name)

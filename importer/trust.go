@@ -10,15 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/trim"
 )
 
 // Members trust the broker's API server, not each other. The broker's
@@ -128,7 +125,7 @@ func (c *Controller) enqueueVIPHolders(objs ...any) {
 			seen[v] = true
 			holders, _ := c.records.ByIndex(byVIP, v)
 			for _, h := range holders {
-				c.enqueueBrokerObject(h)
+				c.EnqueueService(h)
 			}
 		}
 	}
@@ -266,60 +263,9 @@ func (c *Controller) noteUndeclared(cluster string) {
 	c.cfg.Metrics.setUndeclaredClusters(n)
 	klog.InfoS("A cluster has no member declaration on the broker: its endpoints are imported unchecked until the broker's administrator declares its pod CIDRs",
 		"cluster", cluster, "brokerNamespace", c.cfg.BrokerNamespace, "declaration", broker.DeclarationName(cluster))
-	c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventClusterUndeclared,
+	c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeWarning, EventClusterUndeclared,
 		"Cluster %s has no member declaration (ConfigMap %s/%s): its endpoints are imported without checking them against its pod CIDRs",
 		cluster, c.cfg.BrokerNamespace, broker.DeclarationName(cluster))
-}
-
-// newTrustInformers makes the broker informers of block claims and member
-// declarations, each selected by its label and trimmed to what is read.
-func (c *Controller) newTrustInformers() error {
-	factory := func(label string) informers.SharedInformerFactory {
-		return informers.NewSharedInformerFactoryWithOptions(c.cfg.BrokerWatch, c.cfg.ResyncPeriod,
-			informers.WithNamespace(c.cfg.BrokerNamespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
-	}
-	c.brokerClaims, c.brokerDeclarations = factory(clustersetip.LabelClaim), factory(broker.LabelDeclaration)
-	claimInf := c.brokerClaims.Core().V1().ConfigMaps().Informer()
-	declInf := c.brokerDeclarations.Core().V1().ConfigMaps().Informer()
-	for _, inf := range []cache.SharedIndexInformer{claimInf, declInf} {
-		if err := inf.SetTransform(trimConfigMap); err != nil {
-			return err
-		}
-		if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler); err != nil {
-			return err
-		}
-	}
-	onClaims := func(any) { c.claimsChanged() }
-	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: onClaims, UpdateFunc: func(_, o any) { onClaims(o) }, DeleteFunc: onClaims,
-	}); err != nil {
-		return err
-	}
-	onDecl := func(any) { c.declarationsChanged() }
-	if _, err := declInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: onDecl, UpdateFunc: func(_, o any) { onDecl(o) }, DeleteFunc: onDecl,
-	}); err != nil {
-		return err
-	}
-	c.claims, c.declarations = claimInf.GetStore(), declInf.GetStore()
-	c.synced = append(c.synced, claimInf.HasSynced, declInf.HasSynced)
-	return nil
-}
-
-// trimConfigMap keeps of a claim or declaration what parsing it reads.
-func trimConfigMap(obj any) (any, error) {
-	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: cm.Name, Namespace: cm.Namespace, Labels: trim.Labels(cm.Labels),
-			ResourceVersion: cm.ResourceVersion, CreationTimestamp: cm.CreationTimestamp,
-		},
-		Data: cm.Data,
-	}, nil
 }
 
 // claimsChanged recomputes the block owners and resyncs every service
@@ -364,7 +310,7 @@ func (c *Controller) claimsChanged() {
 			was, _ := clustersetip.OwnerOf(before, ip)
 			now, _ := clustersetip.OwnerOf(owners, ip)
 			if was != now {
-				c.enqueueBrokerObject(r)
+				c.EnqueueService(r)
 				break
 			}
 		}
@@ -421,7 +367,7 @@ func (c *Controller) declarationsChanged() {
 	for _, cluster := range slices.Sorted(maps.Keys(changed)) {
 		klog.V(2).InfoS("Member declaration changed", "cluster", cluster, "podCIDRs", declared[cluster].PodCIDRs)
 		for _, key := range c.serviceKeysOfCluster(cluster) {
-			c.queue.Add(key)
+			c.Queue.Add(key)
 		}
 	}
 }

@@ -410,7 +410,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := lease.Spec.RenewTime.Add(clusterTTL + importer.DefaultLeaseClockSkew)
+		deadline := lease.Spec.RenewTime.Add(clusterTTL + liveness.DefaultClockSkew)
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, minute, true, func(context.Context) (bool, error) {
 			return time.Now().After(deadline), nil
 		}); err != nil {
@@ -458,7 +458,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		if took := time.Since(died); took < grace {
 			t.Fatalf("east took over %v after gone died, before the grace of %v", took, grace)
 		}
-		e.livenessEvent(home, importer.EventClusterGonePastGrace)
+		e.livenessEvent(home, liveness.EventClusterGonePastGrace)
 		if n := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonClusterGonePastGrace}); n < 1 {
 			t.Fatalf("ignored records of gone clusters counted %v", n)
 		}

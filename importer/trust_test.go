@@ -18,8 +18,10 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // trustingController is a controller with only what the trust checks need.
@@ -40,8 +42,11 @@ func trustingController(clusterSet []netip.Prefix, owners map[string]string, dec
 		}
 		t.declared[cluster] = d
 	}
+	m := NewMetrics(nil)
 	return &Controller{
-		cfg:        Config{ClusterID: "home", Metrics: NewMetrics(nil), Recorder: rec},
+		Base:       &controller.Base{Metrics: m.Metrics},
+		cfg:        Config{Shared: controller.Shared{ClusterID: "home", Recorder: rec}, Metrics: m},
+		live:       staticLiveness{},
 		records:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byVIP: vipIndex}),
 		trust:      t,
 		undeclared: map[string]bool{},
@@ -354,4 +359,17 @@ func BenchmarkCapOfAFlood(b *testing.B) {
 		in := slices.Clone(keys)
 		book.evaluate("flood", in)
 	}
+}
+
+// staticLiveness is liveness where every cluster is live and the broker
+// answers.
+type staticLiveness struct{}
+
+func (staticLiveness) Live(string) bool                       { return true }
+func (staticLiveness) Pinned(string) bool                     { return true }
+func (staticLiveness) BrokerDown() (time.Time, bool)          { return time.Time{}, false }
+func (staticLiveness) OnTransition(func(liveness.Transition)) {}
+func (staticLiveness) HasSynced() bool                        { return true }
+func (staticLiveness) Object() *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: liveness.DefaultNamespace, Name: liveness.ConfigMapName}}
 }

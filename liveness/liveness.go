@@ -1,15 +1,19 @@
-// Package liveness is the clusterset's liveness as one member cluster's
-// importer sees it, published in that cluster as one ConfigMap: which
-// clusters are live or gone (their broker Lease was not renewed within the
-// TTL) and whether the broker answers.
+// Package liveness owns the clusterset's liveness as one member cluster sees
+// it: which clusters are live or gone (their broker Lease was not renewed
+// within the TTL), whose records still count in merges, and whether the
+// broker answers. Its Controller follows every cluster's heartbeat Lease on
+// the broker and probes the broker, decides each cluster's transitions, and
+// publishes them in the cluster as one ConfigMap; the importer asks it and
+// is told of every transition.
 //
-// It exists so that a cluster's death costs one write, not one per
-// service: the node's data plane (mcsd's DNS server and proxier, or a CNI
-// embedding the proxier) stops serving a gone cluster's endpoints as soon as
-// the ConfigMap says so, while the importer removes that cluster's
-// EndpointSlices and status entries afterwards at a bounded rate. The
-// package only encodes, decodes and watches the ConfigMap; deciding who is
-// gone is the importer's job.
+// The ConfigMap is the one vocabulary of liveness: a cluster is Live or
+// Gone, and the broker reachable or not. It exists so that a cluster's
+// death costs one write, not one per service: the node's data plane (mcsd's
+// DNS server and proxier, or a CNI embedding the proxier) follows it with a
+// Watcher and stops serving a gone cluster's endpoints (GoneClusters) as
+// soon as it says so, while the importer removes that cluster's
+// EndpointSlices and status entries afterwards at a bounded rate; kubectl
+// mcs status reads it too, so the operator sees what the nodes do.
 package liveness
 
 import (
@@ -21,7 +25,7 @@ import (
 )
 
 // ConfigMapName is the name of the ConfigMap, in the namespace mcsd runs
-// in (--leader-elect-namespace of the daemon).
+// in (--leader-elect-namespace of the daemon; DefaultNamespace).
 const ConfigMapName = "mcsd-clusterset-liveness"
 
 // Values of a cluster's key in the ConfigMap's data.
@@ -35,8 +39,8 @@ const (
 
 // Annotations of the ConfigMap about the broker.
 const (
-	// AnnotationBrokerReachable is "true" while the broker answers the
-	// importer and "false" while it does not; nothing is dropped then.
+	// AnnotationBrokerReachable is "true" while the broker answers and
+	// "false" while it does not; nothing is dropped then.
 	AnnotationBrokerReachable = "mcsd.io/broker-reachable"
 	// AnnotationBrokerLastContact is when the broker last answered
 	// (RFC 3339), set while it does not.
@@ -45,7 +49,7 @@ const (
 
 // State is what the ConfigMap says.
 type State struct {
-	// Clusters maps every cluster the importer knows of to Live or Gone.
+	// Clusters maps every cluster the controller knows of to Live or Gone.
 	Clusters map[string]string
 	// BrokerReachable, and when it last answered if it does not.
 	BrokerReachable   bool

@@ -68,7 +68,7 @@ type Options struct {
 }
 
 // DefaultMaxClockSkew is importers' allowance for clock skew between
-// clusters (importer.DefaultLeaseClockSkew).
+// clusters (liveness.DefaultClockSkew).
 const DefaultMaxClockSkew = 5 * time.Second
 
 // CRDs are the CRDs a member needs, with the version mcsd uses of each.

@@ -11,10 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
+	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
@@ -26,32 +25,37 @@ import (
 	"github.com/mcsd-io/mcsd/internal/events"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/version"
+	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
-// controllers are the exporter, the importer and the cluster's heartbeat on
-// the broker: they run in one replica of the cluster at a time.
+// controllers is the role one replica of the cluster plays at a time
+// (leader election): the exporter, the importer with the liveness
+// controller it asks, and the cluster's heartbeat on the broker. It alone
+// writes, to the local cluster and to the broker. Each leadership term
+// builds its clients, informers and controllers anew (a term).
 type controllers struct {
 	o         *options
 	local     *clients
 	clusterID string
-
-	sharedImports mcsinformers.SharedInformerFactory
-	sharedSlices  informers.SharedInformerFactory
+	// nodeInformers are the node agent's informers in this process, whose
+	// ServiceImports and MCS EndpointSlices the importer shares; nil
+	// without a node agent.
+	nodeInformers *caches.Local
 
 	exporterMetrics *exporter.Metrics
 	importerMetrics *importer.Metrics
+	livenessMetrics *liveness.Metrics
 
 	exporter atomic.Pointer[exporter.Controller]
 	importer atomic.Pointer[importer.Controller]
 	leading  atomic.Bool
 }
 
-func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer, dp *dataPlane) *controllers {
+func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer, node *nodeAgent) *controllers {
 	c := &controllers{o: o, local: local, clusterID: clusterID}
-	if dp != nil {
-		// One cache of ServiceImports and MCS slices for the data plane
-		// and the importer.
-		c.sharedImports, c.sharedSlices = dp.imports, dp.slices
+	if node != nil {
+		c.nodeInformers = node.informers
 	}
 	// Registered once, whatever the number of leadership terms.
 	if o.runs(componentExporter) {
@@ -59,6 +63,7 @@ func newControllers(o *options, local *clients, clusterID string, reg prometheus
 	}
 	if o.runs(componentImporter) {
 		c.importerMetrics = importer.NewMetrics(reg)
+		c.livenessMetrics = liveness.NewMetrics(reg)
 	}
 	return c
 }
@@ -68,170 +73,248 @@ func newControllers(o *options, local *clients, clusterID string, reg prometheus
 func (c *controllers) run(ctx context.Context) error {
 	c.leading.Store(true)
 	defer c.leading.Store(false)
-	logger := klog.FromContext(ctx).WithValues("clusterID", c.clusterID)
-	ctx = klog.NewContext(ctx, logger)
-
-	brokerCfg, err := brokerConfig(ctx, c.o, c.local.kube)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("clusterID", c.clusterID))
+	t, err := c.newTerm(ctx)
 	if err != nil {
 		return err
 	}
-	// Clients with limiters of their own (see newClients): the exporter's
-	// broker writes, the heartbeat, and each controller's local writes.
-	brokerClients, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("broker clients: %w", err)
-	}
-	heartbeatClients, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("broker clients: %w", err)
-	}
-	// The importer's broker probe must not wait behind the exporter's
-	// writes: a probe that times out means "the broker is down".
-	importerBroker, err := newClients(brokerCfg, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("broker clients: %w", err)
-	}
-	exporterLocal, err := newClients(c.local.config, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("local cluster clients: %w", err)
-	}
-	importerLocal, err := newClients(c.local.config, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("local cluster clients: %w", err)
-	}
-	// The informers' connections wait at a gate the heartbeat opens and
-	// closes: after a broker outage they resume with the heartbeat's first
-	// success, not after client-go's retry backoff.
-	gate := dialgate.New()
-	watchCfg := rest.CopyConfig(brokerCfg)
-	var dialer net.Dialer
-	watchCfg.Dial = gate.Dial(dialer.DialContext)
-	brokerWatch, err := newClients(watchCfg, c.o.clientQPS, c.o.clientBurst)
-	if err != nil {
-		return fmt.Errorf("broker clients: %w", err)
-	}
+	defer t.stop()
 	if err := clusterid.NewResolver(c.local.kube, c.local.dynamic).Join(ctx, c.o.clusterSet); err != nil {
 		return fmt.Errorf("--clusterset: %w", err)
 	}
-	recorder, stopEvents := events.NewRecorder(c.local.kube, "mcsd")
-	defer stopEvents()
-
-	errc := make(chan error, 3)
-	running := 0
-	var exp *exporter.Controller
 	if c.o.runs(componentExporter) {
-		allocators, err := c.claimBlocks(ctx, brokerClients)
-		if err != nil {
+		if err := t.newExporter(ctx); err != nil {
 			return err
 		}
-		local := caches.NewLocal(exporterLocal.kube, exporterLocal.mcs, c.o.controllerResync, caches.LocalOptions{})
-		brk := caches.NewBroker(brokerWatch.kube, brokerWatch.mcs, c.o.brokerNamespace, c.clusterID, c.o.controllerResync)
-		exp, err = exporter.New(exporter.Config{
-			Shared: controller.Shared{
-				ClusterID:       c.clusterID,
-				BrokerNamespace: c.o.brokerNamespace,
-				Local:           exporterLocal.kube,
-				LocalMCS:        exporterLocal.mcs,
-				Broker:          brokerClients.kube,
-				BrokerMCS:       brokerClients.mcs,
-				Recorder:        recorder,
-				Workers:         c.o.exporterWorkers,
-			},
-			ClusterSetIPs:   c.o.clusterSetIPs,
-			Allocators:      allocators,
-			ClusterSetCIDRs: c.o.clusterSetCIDRs,
-			Metrics:         c.exporterMetrics,
-		}, local, brk)
-		if err != nil {
-			return err
-		}
-		defer local.Shutdown()
-		defer brk.Shutdown()
-		// Stopped before they are shut down, whatever ends this term.
-		informersCtx, stopInformers := context.WithCancel(ctx)
-		defer stopInformers()
-		local.Start(informersCtx.Done())
-		brk.Start(informersCtx.Done())
-		c.exporter.Store(exp)
+		c.exporter.Store(t.exp)
 		defer c.exporter.Store(nil)
-		running++
-		go func() { errc <- exp.Run(ctx) }()
 	}
-	var imp *importer.Controller
 	if c.o.runs(componentImporter) {
-		imp, err = importer.New(importer.Config{
-			ClusterID:             c.clusterID,
-			BrokerNamespace:       c.o.brokerNamespace,
-			Local:                 importerLocal.kube,
-			LocalMCS:              importerLocal.mcs,
-			Broker:                importerBroker.kube,
-			BrokerMCS:             importerBroker.mcs,
-			BrokerWatch:           brokerWatch.kube,
-			BrokerWatchMCS:        brokerWatch.mcs,
-			LivenessNamespace:     c.o.leaderElectNS,
-			SharedImports:         c.sharedImports,
-			SharedSlices:          c.sharedSlices,
-			ClusterTTL:            c.o.clusterTTL,
-			Recorder:              recorder,
-			Metrics:               c.importerMetrics,
-			Workers:               c.o.importerWorkers,
-			ResyncPeriod:          c.o.controllerResync,
-			ClusterSetCIDRs:       c.o.clusterSetCIDRs,
-			DeniedNamespaces:      c.o.importDeniedNamespaces,
-			MaxServicesPerCluster: c.o.maxServicesPerCluster,
-			GoneClusterGrace:      c.o.goneClusterGrace,
-			IPFamilies:            c.o.ipFamilies,
-		})
-		if err != nil {
+		if err := t.newImporter(); err != nil {
 			return err
 		}
-		c.importer.Store(imp)
+		c.importer.Store(t.imp)
 		defer c.importer.Store(nil)
-		running++
-		go func() { errc <- imp.Run(ctx) }()
 	}
-	// The heartbeat says this cluster is alive; only a cluster that exports
-	// has endpoints for others to drop, but an importing-only cluster's
-	// Lease costs one write every few seconds and keeps the rule simple.
-	// It is exporter.Heartbeat rather than component-helpers' lease
-	// controller, which reports no successful renewal (the dial gate and
-	// the broker conditions need each outcome), backs off inside one tick
-	// and deletes the Lease at start and stop: README, "The heartbeat is
-	// not component-helpers' lease controller".
-	hb := &exporter.Heartbeat{
-		Broker:    heartbeatClients.kube,
-		Namespace: c.o.brokerNamespace,
-		Name:      record.LeaseName(c.clusterID),
-		ClusterID: c.clusterID,
-		Duration:  c.o.leaseDuration,
-		Interval:  c.o.leaseDuration / 5,
-		Version:   version.Get().Version,
-		OnRenew: func(err error) {
-			gate.Observe(err)
-			if c.exporterMetrics != nil {
-				c.exporterMetrics.ObserveLeaseRenewal(err)
-			}
-			if exp != nil {
-				exp.ObserveBroker(err)
-			}
-			if imp != nil {
-				imp.ObserveBroker(err)
-			}
-		},
-	}
-	running++
-	go func() { hb.Run(ctx); errc <- nil }()
-	logger.Info("Running controllers", "components", c.o.components, "broker", brokerCfg.Host, "brokerNamespace", c.o.brokerNamespace)
+	return t.run(ctx)
+}
 
+// leaderTerm is one leadership term: its clients (each with a rate limiter of
+// its own, see newClients), the informers its controllers share, and the
+// controllers.
+type leaderTerm struct {
+	c *controllers
+	// broker writes this cluster's records; heartbeat renews its Lease;
+	// probe asks whether the broker answers, never waiting behind the
+	// exporter's writes (a probe that times out means "the broker is
+	// down"); watch is what the informers read through.
+	broker, heartbeat, probe, watch *clients
+	// exporterLocal and importerLocal write to this cluster.
+	exporterLocal, importerLocal *clients
+	// gate holds the informers' connections while the heartbeat cannot
+	// reach the broker: after an outage they resume with its first
+	// success, not after client-go's retry backoff.
+	gate        *dialgate.Gate
+	brokerHost  string
+	recorder    kuberecord.EventRecorder
+	stopEvents  func()
+	local       *caches.Local
+	brokerCache *caches.Broker
+
+	exp  *exporter.Controller
+	imp  *importer.Controller
+	live *liveness.Controller
+	// stopInformers ends the informers (and anything still running) before
+	// they are shut down, whatever ends the term.
+	stopInformers context.CancelFunc
+}
+
+func (c *controllers) newTerm(ctx context.Context) (*leaderTerm, error) {
+	brokerCfg, err := brokerConfig(ctx, c.o, c.local.kube)
+	if err != nil {
+		return nil, err
+	}
+	t := &leaderTerm{c: c, gate: dialgate.New(), brokerHost: brokerCfg.Host}
+	watchCfg := rest.CopyConfig(brokerCfg)
+	var dialer net.Dialer
+	watchCfg.Dial = t.gate.Dial(dialer.DialContext)
+	for _, n := range []struct {
+		dst  **clients
+		cfg  *rest.Config
+		what string
+	}{
+		{&t.broker, brokerCfg, "broker"}, {&t.heartbeat, brokerCfg, "broker"}, {&t.probe, brokerCfg, "broker"},
+		{&t.watch, watchCfg, "broker"}, {&t.exporterLocal, c.local.config, "local cluster"}, {&t.importerLocal, c.local.config, "local cluster"},
+	} {
+		if *n.dst, err = newClients(n.cfg, c.o.clientQPS, c.o.clientBurst); err != nil {
+			return nil, fmt.Errorf("%s clients: %w", n.what, err)
+		}
+	}
+	t.recorder, t.stopEvents = events.NewRecorder(c.local.kube, "mcsd")
+	t.local = caches.NewLocal(t.importerLocal.kube, t.importerLocal.mcs, c.o.controllerResync, caches.LocalOptions{
+		SliceSelector:  mcsslice.ImporterSelector,
+		SliceTransform: importer.TrimOwnSlice,
+		ImportsFrom:    c.nodeInformers,
+	})
+	t.brokerCache = caches.NewBroker(t.watch.kube, t.watch.mcs, c.o.brokerNamespace, c.clusterID, c.o.controllerResync)
+	return t, nil
+}
+
+// shared is what every controller of the term is built with, writing
+// through local (this cluster) and broker.
+func (t *leaderTerm) shared(local, broker *clients, workers int) controller.Shared {
+	s := controller.Shared{
+		ClusterID:       t.c.clusterID,
+		BrokerNamespace: t.c.o.brokerNamespace,
+		Local:           local.kube,
+		LocalMCS:        local.mcs,
+		Recorder:        t.recorder,
+		Workers:         workers,
+	}
+	if broker != nil {
+		s.Broker, s.BrokerMCS = broker.kube, broker.mcs
+	}
+	return s
+}
+
+// newExporter claims this cluster's VIP blocks and builds the exporter.
+func (t *leaderTerm) newExporter(ctx context.Context) error {
+	allocators, err := t.c.claimBlocks(ctx, t.broker)
+	if err != nil {
+		return err
+	}
+	t.exp, err = exporter.New(exporter.Config{
+		Shared:          t.shared(t.exporterLocal, t.broker, t.c.o.exporterWorkers),
+		ClusterSetIPs:   t.c.o.clusterSetIPs,
+		Allocators:      allocators,
+		ClusterSetCIDRs: t.c.o.clusterSetCIDRs,
+		Metrics:         t.c.exporterMetrics,
+	}, t.local, t.brokerCache)
+	return err
+}
+
+// newImporter builds the liveness controller and the importer that asks
+// it; a broker watch that fails has liveness probe the broker at once.
+func (t *leaderTerm) newImporter() error {
+	o := t.c.o
+	var err error
+	t.live, err = liveness.New(liveness.Config{
+		Shared:    t.shared(t.importerLocal, t.probe, 0),
+		Namespace: o.leaderElectNS,
+		TTL:       o.clusterTTL,
+		Grace:     o.goneClusterGrace,
+		Metrics:   t.c.livenessMetrics,
+		Wrote:     t.c.importerMetrics.Wrote,
+	}, t.brokerCache)
+	if err != nil {
+		return err
+	}
+	t.brokerCache.OnWatchError = t.live.RequestProbe
+	t.imp, err = importer.New(importer.Config{
+		Shared:                t.shared(t.importerLocal, nil, o.importerWorkers),
+		Liveness:              t.live,
+		ClusterTTL:            o.clusterTTL,
+		Metrics:               t.c.importerMetrics,
+		ClusterSetCIDRs:       o.clusterSetCIDRs,
+		DeniedNamespaces:      o.importDeniedNamespaces,
+		MaxServicesPerCluster: o.maxServicesPerCluster,
+		IPFamilies:            o.ipFamilies,
+	}, t.local, t.brokerCache)
+	return err
+}
+
+// run starts the informers, then runs the term's controllers and the
+// heartbeat until ctx ends or one fails, which stops the others.
+func (t *leaderTerm) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t.stopInformers = cancel
+	t.local.Start(ctx.Done())
+	t.brokerCache.Start(ctx.Done())
+	var runs []func(context.Context) error
+	if t.live != nil {
+		runs = append(runs, t.live.Run)
+	}
+	if t.exp != nil {
+		runs = append(runs, t.exp.Run)
+	}
+	if t.imp != nil {
+		runs = append(runs, t.imp.Run)
+	}
+	hb := t.newHeartbeat()
+	runs = append(runs, func(ctx context.Context) error { hb.Run(ctx); return nil })
+	klog.FromContext(ctx).Info("Running controllers", "components", t.c.o.components, "broker", t.brokerHost, "brokerNamespace", t.c.o.brokerNamespace)
+	errc := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errc <- run(ctx) }()
+	}
+	var first error
 	var errs []error
-	for ; running > 0; running-- {
-		if err := <-errc; err != nil && ctx.Err() == nil {
-			return err
-		} else if err != nil {
+	for range runs {
+		err := <-errc
+		switch {
+		case err != nil && ctx.Err() == nil:
+			first = err
+			cancel()
+		case err != nil:
 			errs = append(errs, err)
 		}
 	}
+	if first != nil {
+		return first
+	}
 	return errors.Join(errs...)
+}
+
+// newHeartbeat renews this cluster's Lease: it says the cluster is alive;
+// only a cluster that exports has endpoints for others to drop, but an
+// importing-only cluster's Lease costs one write every few seconds and
+// keeps the rule simple. It is exporter.Heartbeat rather than
+// component-helpers' lease controller, which reports no successful renewal
+// (the dial gate and the broker conditions need each outcome), backs off
+// inside one tick and deletes the Lease at start and stop: README, "The
+// heartbeat is not component-helpers' lease controller".
+func (t *leaderTerm) newHeartbeat() *exporter.Heartbeat {
+	o := t.c.o
+	return &exporter.Heartbeat{
+		Broker:    t.heartbeat.kube,
+		Namespace: o.brokerNamespace,
+		Name:      record.LeaseName(t.c.clusterID),
+		ClusterID: t.c.clusterID,
+		Duration:  o.leaseDuration,
+		Interval:  o.leaseDuration / 5,
+		Version:   version.Get().Version,
+		OnRenew: func(err error) {
+			t.gate.Observe(err)
+			if t.c.exporterMetrics != nil {
+				t.c.exporterMetrics.ObserveLeaseRenewal(err)
+			}
+			if t.exp != nil {
+				t.exp.ObserveBroker(err)
+			}
+			if t.live != nil {
+				t.live.ObserveBroker(err)
+			}
+		},
+	}
+}
+
+// stop ends the term's informers and events once its controllers are
+// done, and removes what handlers a controller that never ran left on
+// informers that outlive the term (the node agent's).
+func (t *leaderTerm) stop() {
+	if t.stopInformers != nil {
+		t.stopInformers()
+	}
+	if t.exp != nil {
+		t.exp.Release()
+	}
+	if t.imp != nil {
+		t.imp.Release()
+	}
+	t.local.Shutdown()
+	t.brokerCache.Shutdown()
+	t.stopEvents()
 }
 
 // claimBlocks claims (or finds again) this cluster's VIP block of every
@@ -269,20 +352,20 @@ func (c *controllers) claimBlocks(ctx context.Context, broker *clients) (map[cor
 func (c *controllers) readyChecks() []healthz.HealthChecker {
 	var checks []healthz.HealthChecker
 	if c.o.runs(componentExporter) {
-		checks = append(checks, healthz.NamedCheck("exporter-synced", func(*http.Request) error {
-			if e := c.exporter.Load(); c.leading.Load() && (e == nil || !e.Synced()) {
-				return errors.New("exporter: caches not synced yet")
-			}
-			return nil
-		}))
+		checks = append(checks, c.syncedCheck(componentExporter, func() bool { e := c.exporter.Load(); return e != nil && e.Synced() }))
 	}
 	if c.o.runs(componentImporter) {
-		checks = append(checks, healthz.NamedCheck("importer-synced", func(*http.Request) error {
-			if i := c.importer.Load(); c.leading.Load() && (i == nil || !i.Synced()) {
-				return errors.New("importer: caches not synced yet")
-			}
-			return nil
-		}))
+		checks = append(checks, c.syncedCheck(componentImporter, func() bool { i := c.importer.Load(); return i != nil && i.Synced() }))
 	}
 	return checks
+}
+
+// syncedCheck is the readiness check "<name>-synced" of a controller.
+func (c *controllers) syncedCheck(name string, synced func() bool) healthz.HealthChecker {
+	return healthz.NamedCheck(name+"-synced", func(*http.Request) error {
+		if c.leading.Load() && !synced() {
+			return errors.New(name + ": caches not synced yet")
+		}
+		return nil
+	})
 }

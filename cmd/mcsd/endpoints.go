@@ -18,7 +18,7 @@ import (
 // serveEndpoints starts the /metrics (and /debug/pprof with --profiling) and the /healthz, /readyz and /livez
 // servers; both stop when ctx ends. A port that cannot be bound is an error
 // at once, naming the flag.
-func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, dp *dataPlane, ctrl *controllers) error {
+func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, dp *nodeAgent, ctrl *controllers) error {
 	var health, readiness []healthz.HealthChecker
 	if dp != nil {
 		health = append(health, dp.healthChecks()...)

@@ -94,9 +94,9 @@ func run(ctx context.Context, o *options) error {
 	build := version.Get()
 	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
 
-	var dp *dataPlane
+	var dp *nodeAgent
 	if o.runs(componentDNS) || o.runs(componentProxier) {
-		if dp, err = newDataPlane(o, local, clusterID, reg); err != nil {
+		if dp, err = newNodeAgent(o, local, clusterID, reg); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
 	// --logging-format=json
 	_ "k8s.io/component-base/logs/json/register"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
@@ -189,7 +191,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	controllers.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
 	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
 	controllers.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
-	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", importer.DefaultGoneClusterGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
+	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", liveness.DefaultGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
 	controllers.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
 
 	dnsFlags.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")

@@ -18,6 +18,10 @@ import (
 // ServiceImports and MCS EndpointSlices the importer reads and writes; the
 // ServiceImports and MCS EndpointSlices a node's data plane reads.
 type Local struct {
+	// importsFrom holds the ServiceImport and MCS EndpointSlice
+	// informers: this Local, or the one of LocalOptions.ImportsFrom.
+	importsFrom *Local
+
 	mcs       mcsinformers.SharedInformerFactory
 	kube      informers.SharedInformerFactory
 	mcsSlices informers.SharedInformerFactory
@@ -36,6 +40,11 @@ type LocalOptions struct {
 	// SliceTransform is what their cache keeps (nil: all but
 	// managedFields, as a data plane needs them).
 	SliceTransform cache.TransformFunc
+	// ImportsFrom, when set, is another Local whose ServiceImports and MCS
+	// EndpointSlices this one hands out instead of watching them again:
+	// one cache of them for the node agent and the importer of one
+	// process. Its owner starts and stops them; the options above are its.
+	ImportsFrom *Local
 }
 
 // NewLocal returns the informers of the member cluster reached through
@@ -44,13 +53,18 @@ func NewLocal(kube kubernetes.Interface, mcs mcsclient.Interface, resync time.Du
 	if o.SliceTransform == nil {
 		o.SliceTransform = trim.ManagedFields
 	}
-	return &Local{
+	l := &Local{
 		mcs:  mcsinformers.NewSharedInformerFactory(mcs, resync),
 		kube: informers.NewSharedInformerFactory(kube, resync),
 		mcsSlices: informers.NewSharedInformerFactoryWithOptions(kube, resync,
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.SliceSelector })),
 		sliceTransform: o.SliceTransform,
 	}
+	l.importsFrom = l
+	if o.ImportsFrom != nil {
+		l.importsFrom = o.ImportsFrom
+	}
+	return l
 }
 
 // Exports are the cluster's ServiceExports.
@@ -78,16 +92,18 @@ func (l *Local) Namespaces() cache.SharedIndexInformer {
 
 // Imports are the cluster's ServiceImports.
 func (l *Local) Imports() cache.SharedIndexInformer {
-	return prepare(l.mcs.Multicluster().V1beta1().ServiceImports().Informer(), trim.ManagedFields)
+	from := l.importsFrom
+	return prepare(from.mcs.Multicluster().V1beta1().ServiceImports().Informer(), trim.ManagedFields)
 }
 
 // MCSSlices are the MCS EndpointSlices of LocalOptions.SliceSelector.
 func (l *Local) MCSSlices() cache.SharedIndexInformer {
-	return prepare(l.mcsSlices.Discovery().V1().EndpointSlices().Informer(), l.sliceTransform)
+	from := l.importsFrom
+	return prepare(from.mcsSlices.Discovery().V1().EndpointSlices().Informer(), from.sliceTransform)
 }
 
-// Start starts every informer asked for so far; starting one already
-// started is harmless.
+// Start starts every informer of this Local asked for so far (not those of
+// ImportsFrom); starting one already started is harmless.
 func (l *Local) Start(stop <-chan struct{}) {
 	for _, f := range []factory{l.mcs, l.kube, l.mcsSlices} {
 		f.Start(stop)

@@ -38,7 +38,7 @@ type registration struct {
 // NewBase returns the base of the controller name ("exporter"), with the
 // defaults of s filled in. Its queue's delays follow s.Clock.
 func NewBase(name string, s Shared, m *Metrics) (*Base, error) {
-	s, err := s.withDefaults()
+	s, err := s.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -64,11 +64,10 @@ func (b *Base) Handle(inf cache.SharedIndexInformer, h cache.ResourceEventHandle
 	return nil
 }
 
-// WaitFor has Run wait for caches the controller reads without a handler.
-func (b *Base) WaitFor(infs ...cache.SharedIndexInformer) {
-	for _, inf := range infs {
-		b.synced = append(b.synced, inf.HasSynced)
-	}
+// WaitFor has Run wait for more than the controller's handlers: caches it
+// reads without a handler, or another controller it depends on.
+func (b *Base) WaitFor(synced ...cache.InformerSynced) {
+	b.synced = append(b.synced, synced...)
 }
 
 // Release removes the controller's event handlers. Run does it when it

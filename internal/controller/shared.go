@@ -40,9 +40,9 @@ type Shared struct {
 // DefaultWorkers is Shared.Workers when it is not set.
 const DefaultWorkers = 4
 
-// withDefaults returns s with its defaults filled in, or an error when an
+// WithDefaults returns s with its defaults filled in, or an error when an
 // identity it cannot do without is missing.
-func (s Shared) withDefaults() (Shared, error) {
+func (s Shared) WithDefaults() (Shared, error) {
 	if s.ClusterID == "" || s.BrokerNamespace == "" {
 		return s, errors.New("cluster ID and broker namespace are required")
 	}

@@ -30,3 +30,23 @@ func ServiceIndex(obj any) ([]string, error) {
 
 // ServiceKey is the ServiceIndex key of a Service.
 func ServiceKey(namespace, name string) string { return namespace + "/" + name }
+
+// IndexByCluster names the index ClusterIndex makes in an informer of
+// broker objects.
+const IndexByCluster = "cluster"
+
+// ClusterIndex indexes broker objects by the cluster that wrote them, read
+// from their LabelSourceCluster.
+func ClusterIndex(obj any) ([]string, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if cluster := m.GetLabels()[LabelSourceCluster]; cluster != "" {
+		return []string{cluster}, nil
+	}
+	return nil, nil
+}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -326,7 +325,7 @@ func TestFaults(t *testing.T) {
 			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip.String() {
 				return fmt.Errorf("during the outage the ServiceImport's IPs are %v, want [%s]", si.Spec.IPs, vip)
 			}
-			if cm, err := c1.Kube.CoreV1().ConfigMaps(importer.DefaultLivenessNamespace).Get(s.ctx, liveness.ConfigMapName, metav1.GetOptions{}); err == nil && !liveness.Read(cm).BrokerReachable {
+			if cm, err := c1.Kube.CoreV1().ConfigMaps(liveness.DefaultNamespace).Get(s.ctx, liveness.ConfigMapName, metav1.GetOptions{}); err == nil && !liveness.Read(cm).BrokerReachable {
 				sawUnreachable = true
 			}
 			eps, err := s.importedEndpoints(c1.Cluster)

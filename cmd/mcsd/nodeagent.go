@@ -9,27 +9,23 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/dns"
-	"github.com/mcsd-io/mcsd/internal/trim"
+	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/proxier"
 )
 
-// dataPlane is what every replica runs: the clusterset DNS server and the
-// proxier, fed by one set of informers on the local cluster's ServiceImports
-// and MCS EndpointSlices.
-type dataPlane struct {
-	imports mcsinformers.SharedInformerFactory
-	slices  informers.SharedInformerFactory
+// nodeAgent is the role every replica plays on its node: the clusterset DNS
+// server and the proxier, fed by one set of informers on the local
+// cluster's ServiceImports and MCS EndpointSlices, and told which clusters
+// are gone by the liveness ConfigMap. It reads those and writes nothing.
+type nodeAgent struct {
+	informers *caches.Local
 
 	dnsServer *dns.Server
 	dnsIndex  *dns.Index
@@ -39,7 +35,7 @@ type dataPlane struct {
 	fed atomic.Bool
 }
 
-func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.Registerer) (*dataPlane, error) {
+func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.Registerer) (*nodeAgent, error) {
 	// Only MCS slices: the core controller's are none of the data plane's
 	// business. When this daemon imports too, only those its importer
 	// writes, so that the importer shares this cache.
@@ -47,19 +43,7 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 	if o.runs(componentImporter) {
 		selector = mcsslice.ImporterSelector
 	}
-	dp := &dataPlane{
-		imports: mcsinformers.NewSharedInformerFactory(local.mcs, 0),
-		slices: informers.NewSharedInformerFactoryWithOptions(local.kube, 0,
-			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector })),
-	}
-	for _, inf := range []cache.SharedIndexInformer{
-		dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
-		dp.slices.Discovery().V1().EndpointSlices().Informer(),
-	} {
-		if err := inf.SetTransform(trim.ManagedFields); err != nil {
-			return nil, err
-		}
-	}
+	dp := &nodeAgent{informers: caches.NewLocal(local.kube, local.mcs, 0, caches.LocalOptions{SliceSelector: selector})}
 	if o.runs(componentDNS) {
 		dp.dnsIndex = dns.NewIndex(klog.Background().WithName("dns-index"))
 		srv, err := dns.New(dns.Config{
@@ -133,20 +117,19 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 // run serves DNS and programs the proxier until ctx ends. The proxier's
 // rules are left in place on exit: traffic keeps flowing while mcsd
 // restarts, and the next start takes them over.
-func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error {
+func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error {
 	errc := make(chan error, 3)
 	running := 0
 	var feed *proxier.Feed
+	imports, slices := dp.informers.Imports(), dp.informers.MCSSlices()
 	if dp.dnsServer != nil {
 		running += 2
-		imports, slices := dp.imports.Multicluster().V1beta1().ServiceImports().Informer(), dp.slices.Discovery().V1().EndpointSlices().Informer()
 		go func() { errc <- dp.dnsIndex.Run(ctx, imports, slices) }()
 		go func() { errc <- dp.serveDNS(ctx, o) }()
 	}
 	if dp.provider != nil {
 		var err error
-		feed, err = proxier.NewFeed(dp.imports.Multicluster().V1beta1().ServiceImports().Informer(),
-			dp.slices.Discovery().V1().EndpointSlices().Informer(), dp.provider)
+		feed, err = proxier.NewFeed(imports, slices, dp.provider)
 		if err != nil {
 			return err
 		}
@@ -159,7 +142,7 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 		}()
 	}
 	// A gone cluster's endpoints leave DNS and the proxier as soon as the
-	// importer's liveness ConfigMap says so, before their slices go.
+	// liveness ConfigMap says so, before their slices go.
 	var subscribers []func(liveness.GoneClusters)
 	if dp.dnsIndex != nil {
 		subscribers = append(subscribers, dp.dnsIndex.SetGoneClusters)
@@ -172,8 +155,7 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 		return err
 	}
 	go watcher.Run(ctx)
-	dp.imports.Start(ctx.Done())
-	dp.slices.Start(ctx.Done())
+	dp.informers.Start(ctx.Done())
 	for ; running > 0; running-- {
 		if err := <-errc; err != nil && ctx.Err() == nil {
 			return err
@@ -184,7 +166,7 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 
 // serveDNS opens the DNS listeners inside --netns, so pods of the node reach
 // them, and serves until ctx ends.
-func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
+func (dp *nodeAgent) serveDNS(ctx context.Context, o *options) error {
 	var pcs []net.PacketConn
 	var ln net.Listener
 	err := nsenter.Do(o.netns, func() error {
@@ -212,7 +194,7 @@ func (dp *dataPlane) serveDNS(ctx context.Context, o *options) error {
 
 // readyChecks say whether every data-plane component this replica runs
 // answers from synced state.
-func (dp *dataPlane) readyChecks() []healthz.HealthChecker {
+func (dp *nodeAgent) readyChecks() []healthz.HealthChecker {
 	var checks []healthz.HealthChecker
 	if dp.dnsServer != nil {
 		checks = append(checks, healthz.NamedCheck("dns-synced", func(*http.Request) error {
@@ -234,7 +216,7 @@ func (dp *dataPlane) readyChecks() []healthz.HealthChecker {
 }
 
 // healthChecks say whether the proxier applies queued updates in time.
-func (dp *dataPlane) healthChecks() []healthz.HealthChecker {
+func (dp *nodeAgent) healthChecks() []healthz.HealthChecker {
 	if dp.health == nil {
 		return nil
 	}

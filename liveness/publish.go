@@ -1,4 +1,4 @@
-package importer
+package liveness
 
 import (
 	"context"
@@ -8,15 +8,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-
-	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // Liveness is published as data: one ConfigMap in this cluster says which
 // clusters are gone, and the node's data plane stops serving their
 // endpoints from it. A cluster's death is then one write on the critical
 // path, whatever the number of its services; their EndpointSlices and
-// status follow at cleanupRate.
+// status follow at the importer's cleanup rate.
 
 // publishBackoff bounds the retries of a failed ConfigMap write.
 const (
@@ -34,16 +32,16 @@ func (c *Controller) requestPublish() {
 
 // livenessState is what the ConfigMap should say now: the liveness last
 // decided for each cluster and the broker's reachability.
-func (c *Controller) livenessState() liveness.State {
-	s := liveness.State{Clusters: map[string]string{}}
+func (c *Controller) livenessState() State {
+	s := State{Clusters: map[string]string{}}
 	for cluster, live := range c.book.decided() {
 		if live {
-			s.Clusters[cluster] = liveness.Live
+			s.Clusters[cluster] = Live
 		} else {
-			s.Clusters[cluster] = liveness.Gone
+			s.Clusters[cluster] = Gone
 		}
 	}
-	lastContact, down := c.brokerDown()
+	lastContact, down := c.BrokerDown()
 	s.BrokerReachable, s.BrokerLastContact = !down, lastContact
 	return s
 }
@@ -62,7 +60,7 @@ func (c *Controller) runPublisher(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			klog.FromContext(ctx).Error(err, "Could not publish the clusterset's liveness; retrying", "configMap", klog.KRef(c.cfg.LivenessNamespace, liveness.ConfigMapName), "retryIn", backoff)
+			klog.FromContext(ctx).Error(err, "Could not publish the clusterset's liveness; retrying", "configMap", klog.KRef(c.cfg.Namespace, ConfigMapName), "retryIn", backoff)
 			timer := c.cfg.Clock.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -79,13 +77,13 @@ func (c *Controller) runPublisher(ctx context.Context) {
 }
 
 // publish makes the ConfigMap say state, creating it when missing.
-func (c *Controller) publish(ctx context.Context, state liveness.State) error {
-	api := c.cfg.Local.CoreV1().ConfigMaps(c.cfg.LivenessNamespace)
-	cm, err := api.Get(ctx, liveness.ConfigMapName, metav1.GetOptions{})
+func (c *Controller) publish(ctx context.Context, state State) error {
+	api := c.cfg.Local.CoreV1().ConfigMaps(c.cfg.Namespace)
+	cm, err := api.Get(ctx, ConfigMapName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.cfg.LivenessNamespace,
-			Name:      liveness.ConfigMapName,
+			Namespace: c.cfg.Namespace,
+			Name:      ConfigMapName,
 			Labels:    map[string]string{"app.kubernetes.io/managed-by": "mcsd"},
 		}}
 		state.Apply(cm)
@@ -93,7 +91,7 @@ func (c *Controller) publish(ctx context.Context, state liveness.State) error {
 		if err != nil {
 			return err
 		}
-		c.cfg.Metrics.wrote("configmap", "create")
+		c.wrote("create")
 		c.livenessRef.Store(created)
 		return nil
 	}
@@ -109,17 +107,24 @@ func (c *Controller) publish(ctx context.Context, state liveness.State) error {
 	if err != nil {
 		return err
 	}
-	c.cfg.Metrics.wrote("configmap", "update")
+	c.wrote("update")
 	c.livenessRef.Store(updated)
 	klog.FromContext(ctx).V(2).Info("Published the clusterset's liveness", "configMap", klog.KObj(updated), "goneClusters", state.GoneClusters().String(), "brokerReachable", state.BrokerReachable)
 	return nil
 }
 
-// livenessObject is what summary Events are about: the ConfigMap as last
-// read or written, or a reference to it before that.
-func (c *Controller) livenessObject() *corev1.ConfigMap {
+// Object is what Events about the clusterset are about: the ConfigMap as
+// last read or written, or a reference to it before that.
+func (c *Controller) Object() *corev1.ConfigMap {
 	if cm := c.livenessRef.Load(); cm != nil {
 		return cm
 	}
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.cfg.LivenessNamespace, Name: liveness.ConfigMapName}}
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: ConfigMapName}}
+}
+
+// wrote counts a write of the ConfigMap.
+func (c *Controller) wrote(operation string) {
+	if c.cfg.Wrote != nil {
+		c.cfg.Wrote("configmap", operation)
+	}
 }

@@ -1,4 +1,4 @@
-package importer
+package liveness
 
 import (
 	"maps"
@@ -14,20 +14,20 @@ import (
 )
 
 // leaseBook decides which clusters are live. A cluster is live while this
-// importer has seen its broker Lease change within the TTL. Ages are taken
-// on this importer's own clock from the moment it saw the change, never
+// controller has seen its broker Lease change within the TTL. Ages are taken
+// on this controller's own clock from the moment it saw the change, never
 // from the renewTime the other cluster wrote: clocks of different clusters
 // may disagree, and a skewed clock must not kill or revive a cluster.
 //
-// The first sight of a Lease (after this importer starts, or takes over
+// The first sight of a Lease (after this controller starts, or takes over
 // from another replica) is no renewal: the cluster is live then only if the
 // renewTime it wrote, plus the TTL and the clock skew allowed between
-// clusters, is still ahead of this importer's clock. Otherwise it stays dead
+// clusters, is still ahead of this controller's clock. Otherwise it stays dead
 // until its Lease changes, so a cluster that died before a restart does not
 // come back for a TTL.
 //
 // A cluster dead for longer than the grace (or without any Lease since this
-// importer started that long ago) is gone for good as far as the merge is
+// controller started that long ago) is gone for good as far as the merge is
 // concerned: its records stop pinning the services' spec and VIPs (see
 // pinned) until it renews again.
 //
@@ -47,7 +47,7 @@ type leaseBook struct {
 
 	mu   sync.Mutex
 	seen map[string]leaseSeen
-	// started is when the importer started: clusters without a Lease are
+	// started is when the controller started: clusters without a Lease are
 	// dead since then.
 	started time.Time
 	// goneSince holds, for clusters whose Lease was deleted, when they
@@ -63,7 +63,7 @@ type leaseBook struct {
 	reported map[string]bool
 }
 
-// leaseSeen is the last version of a cluster's Lease this importer saw and
+// leaseSeen is the last version of a cluster's Lease this controller saw and
 // when, on its own clock.
 type leaseSeen struct {
 	version  leaseVersion
@@ -72,22 +72,13 @@ type leaseSeen struct {
 
 func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leaseBook {
 	return &leaseBook{
-		clock: clk, ttl: ttl, local: local, skew: DefaultLeaseClockSkew, grace: DefaultGoneClusterGrace,
+		clock: clk, ttl: ttl, local: local, skew: DefaultClockSkew, grace: DefaultGrace,
 		started: clk.Now(), seen: map[string]leaseSeen{}, goneSince: map[string]time.Time{},
 		reported: map[string]bool{}, pinnedReported: map[string]bool{},
 	}
 }
 
-// DefaultLeaseClockSkew is how far behind this importer's clock another
-// cluster's may be for its Lease to count as live on first sight
-// (Config.LeaseClockSkew).
-const DefaultLeaseClockSkew = 5 * time.Second
-
-// DefaultGoneClusterGrace is how long the records of a dead cluster still
-// count in merges (Config.GoneClusterGrace).
-const DefaultGoneClusterGrace = 10 * time.Minute
-
-// start sets the moment the importer started: a cluster with no Lease at
+// start sets the moment the controller started: a cluster with no Lease at
 // all has been dead since then.
 func (b *leaseBook) start(at time.Time) {
 	b.mu.Lock()
@@ -194,7 +185,7 @@ func (b *leaseBook) nowLocked() time.Time {
 
 // deadSinceLocked is when a cluster that is not live died: its last
 // renewal's TTL ran out, its Lease was deleted, or, with no Lease ever
-// seen, the importer started.
+// seen, the controller started.
 func (b *leaseBook) deadSinceLocked(cluster string) time.Time {
 	if s, ok := b.seen[cluster]; ok {
 		return s.observed.Add(b.ttl)

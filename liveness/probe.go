@@ -1,16 +1,13 @@
-package importer
+package liveness
 
 import (
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/internal/record"
@@ -32,12 +29,13 @@ type reachability struct {
 // outage is noticed well before any cluster's TTL runs out on a frozen
 // informer cache.
 func (c *Controller) probeInterval() time.Duration {
-	return min(maxProbeInterval, c.cfg.ClusterTTL/3)
+	return min(maxProbeInterval, c.cfg.TTL/3)
 }
 
-// brokerDown reports whether the broker is unreachable, and since when
-// (the last time it answered).
-func (c *Controller) brokerDown() (time.Time, bool) {
+// BrokerDown reports whether the broker is unreachable, and since when
+// (the last time it answered). While it is, nothing is dropped or deleted:
+// an empty cache then means nothing.
+func (c *Controller) BrokerDown() (time.Time, bool) {
 	c.broker.mu.Lock()
 	defer c.broker.mu.Unlock()
 	return c.broker.lastContact, c.broker.down
@@ -72,7 +70,7 @@ func (c *Controller) runProbe(ctx context.Context) {
 // renewing on time could look expired for lack of news (3 s with the
 // default 10 s TTL; one interval with short TTLs).
 func (c *Controller) probeTimeout() time.Duration {
-	return max(c.probeInterval(), c.cfg.ClusterTTL/2-c.probeInterval())
+	return max(c.probeInterval(), c.cfg.TTL/2-c.probeInterval())
 }
 
 func (c *Controller) probe(ctx context.Context) {
@@ -90,23 +88,13 @@ func (c *Controller) probe(ctx context.Context) {
 	c.brokerAnswered(ctx, err)
 }
 
-// requestProbe asks the probe to run now, without waiting for it.
-func (c *Controller) requestProbe() {
+// RequestProbe asks the probe to run now, without waiting for it: a broker
+// watch failed (caches.Broker.OnWatchError), so the broker may be gone.
+func (c *Controller) RequestProbe() {
 	select {
 	case c.probeNow <- struct{}{}:
 	default:
 	}
-}
-
-// watchErrorHandler logs a broker watch failure as client-go does, and has
-// the probe decide at once whether the broker is gone. A watch that simply
-// ended or expired is routine and says nothing about the broker.
-func (c *Controller) watchErrorHandler(ctx context.Context, r *cache.Reflector, err error) {
-	cache.DefaultWatchErrorHandler(ctx, r, err)
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return
-	}
-	c.requestProbe()
 }
 
 // brokerAnswered takes the outcome of a request to the broker. A success
@@ -133,16 +121,18 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 		c.book.thaw()
 		c.cfg.Metrics.setBrokerReachable(true)
 		logger.Info("The broker answers again; clusters get a fresh TTL and every service is resynced", "unreachableFor", now.Sub(lastContact))
-		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeNormal, EventBrokerReachable, "The broker answers again after %s", now.Sub(lastContact).Round(time.Second))
+		c.cfg.Recorder.Eventf(c.Object(), corev1.EventTypeNormal, EventBrokerReachable, "The broker answers again after %s", now.Sub(lastContact).Round(time.Second))
 		c.requestPublish()
-		c.resyncAll()
+		// Removals held back during the outage are due.
+		c.notify(Transition{Kind: BrokerBack})
+		c.reevaluateAll()
 	case err == nil:
 		c.cfg.Metrics.setBrokerReachable(true)
 	case !wasDown:
 		c.book.freeze(lastContact)
 		c.cfg.Metrics.setBrokerReachable(false)
 		logger.Error(err, "The broker does not answer; serving the last known state, dropping no cluster and deleting nothing until it does", "lastContact", lastContact)
-		c.cfg.Recorder.Eventf(c.livenessObject(), corev1.EventTypeWarning, EventBrokerUnreachable,
+		c.cfg.Recorder.Eventf(c.Object(), corev1.EventTypeWarning, EventBrokerUnreachable,
 			"The broker has not answered since %s: serving the last known state of every service, dropping no cluster and deleting nothing until it does: %v", lastContact.UTC().Format(time.RFC3339), err)
 		c.requestPublish()
 	}
@@ -150,26 +140,22 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 
 // ObserveBroker takes a hint from the heartbeat (its OnRenew): a renewal
 // that went through proves the broker answers; one that failed has the
-// probe check at once. The importer works without these hints.
+// probe check at once. The controller works without these hints.
 func (c *Controller) ObserveBroker(err error) {
 	if err != nil {
-		c.requestProbe()
+		c.RequestProbe()
 		return
 	}
-	if !c.Synced() {
+	if !c.HasSynced() {
 		return
 	}
 	c.brokerAnswered(context.Background(), nil)
 }
 
-// resyncAll enqueues every service the importer knows of, and reevaluates
-// every cluster.
-func (c *Controller) resyncAll() {
-	if !c.Synced() {
+// reevaluateAll has every cluster the book knows of reevaluated.
+func (c *Controller) reevaluateAll() {
+	if !c.HasSynced() {
 		return
-	}
-	for _, key := range c.allServiceKeys() {
-		c.queue.Add(key)
 	}
 	for _, cluster := range c.book.clusters() {
 		c.clusterQueue.Add(cluster)
