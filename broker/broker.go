@@ -263,16 +263,8 @@ type MemberOptions struct {
 // namespace's ResourceQuota by one member budget and returns the token.
 // The member uses it as its broker credential. Install must have run.
 func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, clusterID string, opts MemberOptions) (string, error) {
-	if err := clusterid.Validate(clusterID); err != nil {
+	if err := opts.check(clusterID); err != nil {
 		return "", err
-	}
-	if len(opts.PodCIDRs) == 0 {
-		return "", fmt.Errorf("member %s: no pod CIDRs: the broker would refuse every endpoint it exports", clusterID)
-	}
-	for _, p := range opts.PodCIDRs {
-		if !p.IsValid() {
-			return "", fmt.Errorf("member %s: invalid pod CIDR %s", clusterID, p)
-		}
 	}
 	settingsCM, err := kube.CoreV1().ConfigMaps(namespace).Get(ctx, SettingsName, metav1.GetOptions{})
 	if err != nil {
@@ -351,6 +343,29 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	if err != nil {
 		return "", fmt.Errorf("binding %s to Role %s: %w", name, MemberRole, err)
 	}
+	return memberToken(ctx, kube, namespace, name, labels)
+}
+
+// check refuses a member without a valid ID or pod CIDRs.
+func (opts MemberOptions) check(clusterID string) error {
+	if err := clusterid.Validate(clusterID); err != nil {
+		return err
+	}
+	if len(opts.PodCIDRs) == 0 {
+		return fmt.Errorf("member %s: no pod CIDRs: the broker would refuse every endpoint it exports", clusterID)
+	}
+	for _, p := range opts.PodCIDRs {
+		if !p.IsValid() {
+			return fmt.Errorf("member %s: invalid pod CIDR %s", clusterID, p)
+		}
+	}
+	return nil
+}
+
+// memberToken creates the long-lived token Secret of the member's
+// ServiceAccount name and returns the token once the token controller has
+// filled it in.
+func memberToken(ctx context.Context, kube kubernetes.Interface, namespace, name string, labels map[string]string) (string, error) {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name + "-token", Namespace: namespace, Labels: labels,
@@ -362,7 +377,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 		return "", fmt.Errorf("creating token Secret for %s: %w", name, err)
 	}
 	var token string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, secret.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil

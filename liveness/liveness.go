@@ -35,6 +35,10 @@ const (
 	// Gone: the cluster's Lease was not renewed within the TTL, or was
 	// deleted; its endpoints are not served until it renews again.
 	Gone = "Gone"
+	// Unknown is never written: it is what a reader says of a cluster the
+	// ConfigMap does not name (no Lease or record of it was seen), or of
+	// every cluster when there is no ConfigMap (no importer runs).
+	Unknown = "Unknown"
 )
 
 // Annotations of the ConfigMap about the broker.
@@ -54,6 +58,14 @@ type State struct {
 	// BrokerReachable, and when it last answered if it does not.
 	BrokerReachable   bool
 	BrokerLastContact time.Time
+}
+
+// Of returns what the state says of cluster: Live, Gone or Unknown.
+func (s State) Of(cluster string) string {
+	if v, ok := s.Clusters[cluster]; ok {
+		return v
+	}
+	return Unknown
 }
 
 // GoneClusters returns the clusters the state says are gone.

@@ -33,6 +33,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // Outcomes of a check.
@@ -63,7 +64,7 @@ type Options struct {
 	// (default 5 s, what importers allow on first sight of a Lease).
 	MaxClockSkew time.Duration
 	// ClusterTTL is how old the member's Lease may be before importers
-	// count it dead (default status.DefaultClusterTTL).
+	// count it gone (default liveness.DefaultTTL).
 	ClusterTTL time.Duration
 }
 
@@ -114,7 +115,7 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 		opts.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if opts.ClusterTTL <= 0 {
-		opts.ClusterTTL = status.DefaultClusterTTL
+		opts.ClusterTTL = liveness.DefaultTTL
 	}
 	kube, err := kubernetes.NewForConfig(member)
 	if err != nil {
@@ -354,18 +355,20 @@ func (r *run) declaration() {
 func (r *run) heartbeat() {
 	const name = "heartbeat"
 	fix := "mcsd renews the Lease " + record.LeaseName(r.id) + " on the broker: check that it runs (kubectl -n mcsd-system get pods), reaches the broker, and its logs"
-	for _, c := range r.snapshot.Clusters(r.opts.ClusterTTL) {
-		if c.ID != r.id {
+	for _, l := range r.snapshot.Leases {
+		if l.Labels[record.LabelSourceCluster] != r.id {
 			continue
 		}
-		switch c.State {
-		case status.Alive:
-			r.add(name, Pass, fmt.Sprintf("Lease %s renewed %s ago", record.LeaseName(r.id), c.LeaseAge.Round(100*time.Millisecond)), "")
-		case status.Dead:
-			r.add(name, Fail, fmt.Sprintf("Lease %s not renewed for %s (more than %s): other clusters drop this cluster's endpoints", record.LeaseName(r.id), c.LeaseAge.Round(time.Second), r.opts.ClusterTTL), fix)
-		default:
-			r.add(name, Fail, "no Lease "+record.LeaseName(r.id)+" on the broker: other clusters do not import this cluster's endpoints", fix)
+		if l.Spec.RenewTime == nil {
+			r.add(name, Fail, "Lease "+record.LeaseName(r.id)+" was never renewed: other clusters drop this cluster's endpoints", fix)
+			return
 		}
+		age := r.snapshot.Read.Sub(l.Spec.RenewTime.Time)
+		if age > r.opts.ClusterTTL {
+			r.add(name, Fail, fmt.Sprintf("Lease %s not renewed for %s (more than %s): other clusters drop this cluster's endpoints", record.LeaseName(r.id), age.Round(time.Second), r.opts.ClusterTTL), fix)
+			return
+		}
+		r.add(name, Pass, fmt.Sprintf("Lease %s renewed %s ago", record.LeaseName(r.id), age.Round(100*time.Millisecond)), "")
 		return
 	}
 	r.add(name, Fail, "no Lease "+record.LeaseName(r.id)+" on the broker: other clusters do not import this cluster's endpoints", fix)

@@ -33,6 +33,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // Options of Write.
@@ -105,6 +106,8 @@ func Write(ctx context.Context, w io.Writer, member *rest.Config, opts Options) 
 		return kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "coredns", metav1.GetOptions{})
 	})
 	a.logs(ctx, kube, ns, opts.LogLines)
+	a.liveness, err = status.ReadLiveness(ctx, kube, ns)
+	a.fail("liveness", err)
 
 	brokerCfg, secretNS, err := membership.BrokerConfig(ctx, kube)
 	a.fail("broker credentials", err)
@@ -124,6 +127,9 @@ func Write(ctx context.Context, w io.Writer, member *rest.Config, opts Options) 
 type archive struct {
 	files  map[string][]byte
 	errors []string
+	// liveness is the member's liveness ConfigMap, which says of each
+	// cluster of broker/clusters.yaml whether it is live.
+	liveness *liveness.State
 }
 
 func (a *archive) fail(what string, err error) {
@@ -215,7 +221,7 @@ func (a *archive) broker(ctx context.Context, cfg *rest.Config, ns, id string) {
 		if err != nil {
 			return nil, err
 		}
-		return s.Clusters(status.DefaultClusterTTL), nil
+		return s.Clusters(a.liveness), nil
 	})
 }
 

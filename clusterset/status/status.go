@@ -1,10 +1,11 @@
 // Package status reads the state of a clusterset as an operator wants to see
 // it: from the broker, each cluster's heartbeat, declaration, ClusterSetIP
 // blocks, exports and conflicts (merged with the same function exporters
-// and importers run); from one member, a service's ServiceImport and the
-// endpoints it imports from each cluster. It only reads, with whatever
-// credentials it is given: a member's own broker identity can read all of
-// it.
+// and importers run); from one member, whether each cluster is live as that
+// member's liveness ConfigMap says (what its nodes act on), and a service's
+// ServiceImport and the endpoints it imports from each cluster. It only
+// reads, with whatever credentials it is given: a member's own broker
+// identity can read all of the broker's part.
 package status
 
 import (
@@ -27,11 +28,8 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 )
-
-// DefaultClusterTTL is mcsd's default --cluster-ttl: a cluster whose Lease
-// was not renewed for this long is dead to importers.
-const DefaultClusterTTL = 10 * time.Second
 
 // Snapshot is what the broker namespace holds, read at one moment.
 type Snapshot struct {
@@ -94,18 +92,28 @@ func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interfac
 	return s, nil
 }
 
-// Lease states of a cluster.
-const (
-	Alive   = "Alive"
-	Dead    = "Dead"
-	NoLease = "NoLease"
-)
+// ReadLiveness reads the member's liveness ConfigMap in namespace (where
+// mcsd runs): which clusters its importer judges live or gone, and whether
+// the broker answers it. It returns nil when there is none (no importer
+// runs there).
+func ReadLiveness(ctx context.Context, kube kubernetes.Interface, namespace string) (*liveness.State, error) {
+	cm, err := kube.CoreV1().ConfigMaps(namespace).Get(ctx, liveness.ConfigMapName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the liveness ConfigMap %s/%s: %w", namespace, liveness.ConfigMapName, err)
+	}
+	s := liveness.Read(cm)
+	return &s, nil
+}
 
 // Cluster is one cluster as the broker knows it.
 type Cluster struct {
 	ID string `json:"id"`
-	// State is Alive, Dead (its Lease was not renewed within the TTL) or
-	// NoLease.
+	// State is what the member's liveness ConfigMap says of the cluster:
+	// liveness.Live, liveness.Gone, or liveness.Unknown when it does not
+	// name it (or there is none).
 	State string `json:"state"`
 	// RenewTime is the Lease's renewTime, as the cluster wrote it on its
 	// own clock; LeaseAge is the reader's clock minus it.
@@ -131,13 +139,17 @@ type Cluster struct {
 }
 
 // Clusters lists every cluster that has a Lease, a declaration, a claim or
-// a record on the broker, sorted by ID, with its liveness by ttl.
-func (s *Snapshot) Clusters(ttl time.Duration) []Cluster {
+// a record on the broker, sorted by ID, each in the state live says (nil:
+// Unknown, there is no liveness ConfigMap).
+func (s *Snapshot) Clusters(live *liveness.State) []Cluster {
 	byID := map[string]*Cluster{}
 	get := func(id string) *Cluster {
 		c, ok := byID[id]
 		if !ok {
-			c = &Cluster{ID: id, State: NoLease}
+			c = &Cluster{ID: id, State: liveness.Unknown}
+			if live != nil {
+				c.State = live.Of(id)
+			}
 			byID[id] = c
 		}
 		return c
@@ -145,17 +157,11 @@ func (s *Snapshot) Clusters(ttl time.Duration) []Cluster {
 	for _, l := range s.Leases {
 		c := get(l.Labels[record.LabelSourceCluster])
 		c.Version = l.Annotations[record.AnnotationLeaseVersion]
-		if l.Spec.RenewTime == nil {
-			c.State = Dead
-			continue
-		}
-		t := l.Spec.RenewTime.Time
-		c.RenewTime = &t
-		c.LeaseAge = s.Read.Sub(t)
-		c.LeaseAgeSeconds = c.LeaseAge.Seconds()
-		c.State = Alive
-		if c.LeaseAge > ttl {
-			c.State = Dead
+		if l.Spec.RenewTime != nil {
+			t := l.Spec.RenewTime.Time
+			c.RenewTime = &t
+			c.LeaseAge = s.Read.Sub(t)
+			c.LeaseAgeSeconds = c.LeaseAge.Seconds()
 		}
 	}
 	for _, d := range s.Declarations {

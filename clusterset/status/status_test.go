@@ -13,6 +13,7 @@ import (
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 func lease(cluster string, renewed time.Time) coordinationv1.Lease {
@@ -31,7 +32,10 @@ func export(cluster string, port int32, created time.Time) record.Export {
 	}
 }
 
-func TestClustersJudgesLeasesByTheTTLAndCountsConflicts(t *testing.T) {
+// A cluster's state is what the member's liveness ConfigMap says, whatever
+// its Lease's age on the reader's clock: the importer judges Leases on its
+// own clock, and the operator must see what the nodes act on.
+func TestClustersTakeTheirStateFromTheMembersLivenessAndCountConflicts(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	s := &Snapshot{
 		Read:   now,
@@ -50,20 +54,33 @@ func TestClustersJudgesLeasesByTheTTLAndCountsConflicts(t *testing.T) {
 			{Cluster: "west", Block: netip.MustParsePrefix("243.0.0.0/16"), Name: "clustersetip-west-ipv4", Revision: 2},
 		},
 	}
+	// west's Lease is 11 s old here, but the member saw it renewed.
+	live := &liveness.State{Clusters: map[string]string{"east": liveness.Live, "west": liveness.Live}, BrokerReachable: true}
 	got := map[string]Cluster{}
-	for _, c := range s.Clusters(10 * time.Second) {
+	for _, c := range s.Clusters(live) {
 		got[c.ID] = c
 	}
 	if len(got) != 3 {
 		t.Fatalf("clusters %v, want east, west and north", got)
 	}
-	if c := got["east"]; c.State != Alive || c.LeaseAge != 2*time.Second || c.Exports != 1 || c.Conflicts != 1 || !c.Declared || len(c.Blocks) != 1 {
+	if c := got["east"]; c.State != liveness.Live || c.LeaseAge != 2*time.Second || c.Exports != 1 || c.Conflicts != 1 || !c.Declared || len(c.Blocks) != 1 {
 		t.Errorf("east: %+v", c)
 	}
-	if c := got["west"]; c.State != Dead || c.Exports != 1 || c.Invalid != 1 || c.Conflicts != 1 || c.Declared || len(c.Blocks) != 0 {
+	if c := got["west"]; c.State != liveness.Live || c.LeaseAge != 11*time.Second || c.Exports != 1 || c.Invalid != 1 || c.Conflicts != 1 || c.Declared || len(c.Blocks) != 0 {
 		t.Errorf("west: %+v", c)
 	}
-	if c := got["north"]; c.State != NoLease || c.RenewTime != nil || !c.Declared || c.PodCIDRs[0] != "10.3.0.0/16" {
+	if c := got["north"]; c.State != liveness.Unknown || c.RenewTime != nil || !c.Declared || c.PodCIDRs[0] != "10.3.0.0/16" {
 		t.Errorf("north: %+v", c)
+	}
+	for _, c := range s.Clusters(nil) {
+		if c.State != liveness.Unknown {
+			t.Errorf("without a liveness ConfigMap, %s is %s", c.ID, c.State)
+		}
+	}
+	live.Clusters["west"] = liveness.Gone
+	for _, c := range s.Clusters(live) {
+		if c.ID == "west" && c.State != liveness.Gone {
+			t.Errorf("west published gone is %s", c.State)
+		}
 	}
 }

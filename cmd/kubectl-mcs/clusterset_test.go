@@ -36,6 +36,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/version"
+	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
@@ -220,9 +221,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	t.Run("status of a healthy clusterset", func(t *testing.T) {
 		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
 		var clusters map[string]status.Cluster
-		eventually(ctx, t, "both clusters alive", func() bool {
+		eventually(ctx, t, "both clusters live", func() bool {
 			clusters = mcs.status(ctx, "--context", "cluster1")
-			return clusters[id1].State == status.Alive && clusters[id2].State == status.Alive
+			return clusters[id1].State == liveness.Live && clusters[id2].State == liveness.Live
 		})
 		if len(clusters) != 2 {
 			t.Errorf("status lists %d clusters, want 2: %v", len(clusters), clusters)
@@ -240,7 +241,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		}
 		// The administrator's view is the same; the table names both.
 		table := mcs.must(ctx, "status", "--broker-context", "broker")
-		for _, want := range []string{"CLUSTER", id1, id2, status.Alive, c2.PodCIDR.String()} {
+		for _, want := range []string{"CLUSTER", id1, id2, liveness.Live, c2.PodCIDR.String(), liveness.ConfigMapName} {
 			if !strings.Contains(table, want) {
 				t.Errorf("status table lacks %q:\n%s", want, table)
 			}
@@ -336,7 +337,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		if c := checks["CIDRs"]; !fail || c.Result != diagnose.Fail || !strings.Contains(c.Detail, "intruder pods "+overlap.String()) || c.Fix == "" {
 			t.Errorf("CIDRs check: %+v", c)
 		}
-		if c := mcs.status(ctx)["intruder"]; c.State != status.NoLease || !c.Declared {
+		if c := mcs.status(ctx)["intruder"]; c.State != liveness.Unknown || c.RenewTime != nil || !c.Declared {
 			t.Errorf("status of a declared member without Lease: %+v", c)
 		}
 		mcs.must(ctx, "leave", "--broker-context", "broker", "--cluster-id", "intruder")
@@ -443,17 +444,19 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	t.Run("a dead cluster", func(t *testing.T) {
 		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
 		exporter2.Stop()
-		eventually(ctx, t, "cluster2 dead, cluster1 alive", func() bool {
-			clusters := mcs.status(ctx, "--cluster-ttl", "3s")
-			return clusters[id2].State == status.Dead && clusters[id1].State == status.Alive
+		// As the member's importer judges it (its TTL, 10 s), and the
+		// nodes of cluster1 act on it.
+		eventually(ctx, t, "cluster2 gone, cluster1 live", func() bool {
+			clusters := mcs.status(ctx)
+			return clusters[id2].State == liveness.Gone && clusters[id1].State == liveness.Live
 		})
 		checks, fail := mcs.diagnose(ctx, "cluster2", "--cluster-ttl", "3s")
 		if c := checks["heartbeat"]; !fail || c.Result != diagnose.Fail || !strings.Contains(c.Detail, "not renewed") || c.Fix == "" {
 			t.Errorf("heartbeat of the dead cluster: %+v", c)
 		}
-		table := mcs.must(ctx, "status", "--cluster-ttl", "3s")
+		table := mcs.must(ctx, "status")
 		for _, line := range strings.Split(table, "\n") {
-			if strings.HasPrefix(line, id2+" ") && !strings.Contains(line, status.Dead) {
+			if strings.HasPrefix(line, id2+" ") && !strings.Contains(line, liveness.Gone) {
 				t.Errorf("table line of cluster2: %q", line)
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcsd-io/mcsd/clusterset/diagnose"
-	"github.com/mcsd-io/mcsd/clusterset/status"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 type diagnoseOptions struct {
@@ -72,6 +72,6 @@ forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID (default: resolved as mcsd does)")
 	f.StringVar(&o.brokerNS, "broker-namespace", "", "the broker namespace (default: that of the member's broker kubeconfig)")
 	f.DurationVar(&o.skew, "max-clock-skew", diagnose.DefaultMaxClockSkew, "the clock skew allowed between a cluster and the broker")
-	f.DurationVar(&o.ttl, "cluster-ttl", status.DefaultClusterTTL, "how old the member's Lease may be (as mcsd's --cluster-ttl)")
+	f.DurationVar(&o.ttl, "cluster-ttl", liveness.DefaultTTL, "how old the member's Lease may be (as mcsd's --cluster-ttl)")
 	return cmd
 }

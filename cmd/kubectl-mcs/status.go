@@ -16,6 +16,7 @@ import (
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 func clients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, error) {
@@ -77,15 +78,21 @@ func (b *brokerFlags) snapshot(ctx context.Context, g *globals) (*status.Snapsho
 }
 
 type statusOptions struct {
-	out    outputFlag
-	broker brokerFlags
-	ttl    time.Duration
+	out           outputFlag
+	broker        brokerFlags
+	mcsdNamespace string
+	deprecatedTTL time.Duration
 }
 
 // clustersetStatus is status's -o json/yaml document.
 type clustersetStatus struct {
-	BrokerNamespace string           `json:"brokerNamespace"`
-	ClusterTTL      string           `json:"clusterTTL"`
+	BrokerNamespace string `json:"brokerNamespace"`
+	// Liveness is the member's liveness ConfigMap the clusters' states
+	// come from, "" when there is none.
+	Liveness string `json:"liveness,omitempty"`
+	// BrokerReachable is whether the broker answers the member, as that
+	// ConfigMap says.
+	BrokerReachable *bool            `json:"brokerReachable,omitempty"`
 	Clusters        []status.Cluster `json:"clusters"`
 	// Note says what status cannot show.
 	Note string `json:"note,omitempty"`
@@ -95,12 +102,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the clusters of the clusterset as the broker knows them",
-		Long: `Show every cluster the broker knows of: whether its Lease is renewed within
---cluster-ttl (Alive) or not (Dead), the Lease's age on this machine's clock,
-its export records, how many of its exports are in conflict (merged as mcsd
-merges them), its declared pod CIDRs, its ClusterSetIP blocks and the version
-of the mcsd that renews its Lease.
+		Short: "Show the clusters of the clusterset as the broker and the member know them",
+		Long: `Show every cluster the broker knows of: whether it is Live or Gone as the
+member of --context publishes it (its liveness ConfigMap, which that
+member's nodes act on: a Gone cluster's endpoints are not served; Unknown
+when the member has not judged it), the age of its Lease on this machine's
+clock, its export records, how many of its exports are in conflict (merged
+as mcsd merges them), its declared pod CIDRs, its ClusterSetIP blocks and
+the version of the mcsd that renews its Lease.
 
 The broker is read with --broker-context, else with the member's own broker
 credentials (the Secret mcsd-system/mcsd-broker of --context).`,
@@ -115,32 +124,13 @@ credentials (the Secret mcsd-system/mcsd-broker of --context).`,
 			if err != nil {
 				return err
 			}
-			clusters := s.Clusters(o.ttl)
-			doc := clustersetStatus{BrokerNamespace: s.Namespace, ClusterTTL: o.ttl.String(), Clusters: clusters}
+			doc := clustersetStatus{BrokerNamespace: s.Namespace}
+			live := o.liveness(ctx, g, &doc)
+			doc.Clusters = s.Clusters(live)
 			if done, err := o.out.print(g.streams.Out, doc); done {
 				return err
 			}
-			w := newTable(g.streams.Out)
-			fmt.Fprintln(w, "CLUSTER\tSTATE\tLEASE AGE\tEXPORTS\tCONFLICTS\tPOD CIDRS\tCLUSTERSETIP BLOCKS\tMCSD")
-			for _, c := range clusters {
-				age := "-"
-				if c.RenewTime != nil {
-					age = duration.HumanDuration(c.LeaseAge)
-					if c.LeaseAge < 0 {
-						age = "-" + duration.HumanDuration(-c.LeaseAge)
-					}
-				}
-				exports := fmt.Sprint(c.Exports)
-				if c.Invalid > 0 {
-					exports += fmt.Sprintf(" (+%d invalid)", c.Invalid)
-				}
-				cidrs := strings.Join(c.PodCIDRs, ",")
-				if !c.Declared {
-					cidrs = "<undeclared>"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.State, age, exports, c.Conflicts, cidrs, orDash(strings.Join(c.Blocks, ",")), orDash(c.Version))
-			}
-			if err := w.Flush(); err != nil {
+			if err := printClusters(g, doc); err != nil {
 				return err
 			}
 			for _, err := range s.Broken {
@@ -151,9 +141,73 @@ credentials (the Secret mcsd-system/mcsd-broker of --context).`,
 	}
 	o.out.add(cmd)
 	o.broker.add(cmd)
-	cmd.Flags().DurationVar(&o.ttl, "cluster-ttl", status.DefaultClusterTTL, "a cluster whose Lease is older than this is Dead (as mcsd's --cluster-ttl)")
+	cmd.Flags().StringVar(&o.mcsdNamespace, "mcsd-namespace", liveness.DefaultNamespace, "the namespace mcsd runs in, in the member (its liveness ConfigMap is there)")
+	cmd.Flags().DurationVar(&o.deprecatedTTL, "cluster-ttl", liveness.DefaultTTL, "ignored")
+	_ = cmd.Flags().MarkDeprecated("cluster-ttl", "a cluster's state is the one the member publishes, judged with its mcsd's --cluster-ttl")
 	cmd.AddCommand(newStatusServiceCmd(g))
 	return cmd
+}
+
+// liveness reads the member's liveness ConfigMap into doc, and returns it
+// (nil, with a note, when there is none or it cannot be read).
+func (o *statusOptions) liveness(ctx context.Context, g *globals, doc *clustersetStatus) *liveness.State {
+	name := o.mcsdNamespace + "/" + liveness.ConfigMapName
+	cfg, err := g.memberConfig("")
+	var kube kubernetes.Interface
+	if err == nil {
+		kube, err = kubernetes.NewForConfig(cfg)
+	}
+	var live *liveness.State
+	if err == nil {
+		live, err = status.ReadLiveness(ctx, kube, o.mcsdNamespace)
+	}
+	switch {
+	case err != nil:
+		doc.Note = fmt.Sprintf("the member's liveness (%s) could not be read: %v; every state is %s", name, err, liveness.Unknown)
+	case live == nil:
+		doc.Note = fmt.Sprintf("the member has no liveness ConfigMap %s (no importer runs there); every state is %s", name, liveness.Unknown)
+	default:
+		doc.Liveness = name
+		doc.BrokerReachable = &live.BrokerReachable
+	}
+	return live
+}
+
+// printClusters prints the clusters as a table, and what the states come
+// from.
+func printClusters(g *globals, doc clustersetStatus) error {
+	w := newTable(g.streams.Out)
+	fmt.Fprintln(w, "CLUSTER\tSTATE\tLEASE AGE\tEXPORTS\tCONFLICTS\tPOD CIDRS\tCLUSTERSETIP BLOCKS\tMCSD")
+	for _, c := range doc.Clusters {
+		age := "-"
+		if c.RenewTime != nil {
+			age = duration.HumanDuration(c.LeaseAge)
+			if c.LeaseAge < 0 {
+				age = "-" + duration.HumanDuration(-c.LeaseAge)
+			}
+		}
+		exports := fmt.Sprint(c.Exports)
+		if c.Invalid > 0 {
+			exports += fmt.Sprintf(" (+%d invalid)", c.Invalid)
+		}
+		cidrs := strings.Join(c.PodCIDRs, ",")
+		if !c.Declared {
+			cidrs = "<undeclared>"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.State, age, exports, c.Conflicts, cidrs, orDash(strings.Join(c.Blocks, ",")), orDash(c.Version))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case doc.Note != "":
+		fmt.Fprintln(g.streams.ErrOut, "warning:", doc.Note)
+	case doc.BrokerReachable != nil && !*doc.BrokerReachable:
+		fmt.Fprintf(g.streams.Out, "\nStates as %s says; the broker does not answer the member: it serves the last known state.\n", doc.Liveness)
+	default:
+		fmt.Fprintf(g.streams.Out, "\nStates as %s says.\n", doc.Liveness)
+	}
+	return nil
 }
 
 func orDash(s string) string {

@@ -226,15 +226,29 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 // complete parses the raw flags and checks every value, naming the flag at
 // fault.
 func (o *options) complete(raw *rawFlags) error {
-	var errs []error
-	bad := func(flagName, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", flagName, fmt.Sprintf(format, args...)))
-	}
+	var errs flagErrors
+	o.completeComponents(raw, &errs)
+	o.completeConnection(&errs)
+	o.completeClusterSetIPs(raw, &errs)
+	o.completeControllers(raw, &errs)
+	o.completeDNS(raw, &errs)
+	o.completeProxier(raw, &errs)
+	o.completeObservability(&errs)
+	return errors.Join(errs...)
+}
 
+// flagErrors are the errors of complete, each naming its flag.
+type flagErrors []error
+
+func (e *flagErrors) bad(flagName, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("--%s: %s", flagName, fmt.Sprintf(format, args...)))
+}
+
+func (o *options) completeComponents(raw *rawFlags, errs *flagErrors) {
 	o.components = nil
 	for _, c := range splitList(raw.components) {
 		if !slices.Contains(allComponents, c) {
-			bad("components", "unknown component %q; choose from %s", c, strings.Join(allComponents, ", "))
+			errs.bad("components", "unknown component %q; choose from %s", c, strings.Join(allComponents, ", "))
 			continue
 		}
 		if !slices.Contains(o.components, c) {
@@ -242,168 +256,186 @@ func (o *options) complete(raw *rawFlags) error {
 		}
 	}
 	if len(o.components) == 0 {
-		bad("components", "no component to run")
+		errs.bad("components", "no component to run")
 	}
+}
 
+// completeConnection checks how the local cluster and the broker are
+// reached, and who this cluster is.
+func (o *options) completeConnection(errs *flagErrors) {
 	if o.runsControllers() {
 		if o.brokerKubeconfig == "" && o.brokerSecret == "" {
-			bad("broker-kubeconfig", "the exporter and importer need the broker: give --broker-kubeconfig or --broker-secret")
+			errs.bad("broker-kubeconfig", "the exporter and importer need the broker: give --broker-kubeconfig or --broker-secret")
 		}
 		if o.brokerKubeconfig != "" && o.brokerSecret != "" {
-			bad("broker-secret", "give either --broker-kubeconfig or --broker-secret, not both")
+			errs.bad("broker-secret", "give either --broker-kubeconfig or --broker-secret, not both")
 		}
 		if o.brokerSecret != "" {
 			if ns, name, ok := strings.Cut(o.brokerSecret, "/"); !ok || ns == "" || name == "" {
-				bad("broker-secret", "%q is not NAMESPACE/NAME", o.brokerSecret)
+				errs.bad("broker-secret", "%q is not NAMESPACE/NAME", o.brokerSecret)
 			}
 		}
-		if o.brokerKubeconfig != "" {
-			if _, err := os.Stat(o.brokerKubeconfig); err != nil {
-				bad("broker-kubeconfig", "%v", err)
-			}
-		}
+		checkFile(errs, "broker-kubeconfig", o.brokerKubeconfig)
 	}
-	if o.kubeconfig != "" {
-		if _, err := os.Stat(o.kubeconfig); err != nil {
-			bad("kubeconfig", "%v", err)
-		}
-	}
-	if errs := validation.IsDNS1123Label(o.brokerNamespace); len(errs) > 0 {
-		bad("broker-namespace", "%q is not a namespace name: %s", o.brokerNamespace, strings.Join(errs, "; "))
+	checkFile(errs, "kubeconfig", o.kubeconfig)
+	if e := validation.IsDNS1123Label(o.brokerNamespace); len(e) > 0 {
+		errs.bad("broker-namespace", "%q is not a namespace name: %s", o.brokerNamespace, strings.Join(e, "; "))
 	}
 	if o.clientQPS <= 0 {
-		bad("kube-api-qps", "must be positive, got %v", o.clientQPS)
+		errs.bad("kube-api-qps", "must be positive, got %v", o.clientQPS)
 	}
 	if o.clientBurst < 1 {
-		bad("kube-api-burst", "must be at least 1, got %d", o.clientBurst)
+		errs.bad("kube-api-burst", "must be at least 1, got %d", o.clientBurst)
 	}
 	if o.clusterID != "" {
 		if err := clusterid.Validate(o.clusterID); err != nil {
-			bad("cluster-id", "%v", err)
+			errs.bad("cluster-id", "%v", err)
 		}
 	}
-	if errs := validation.IsDNS1123Subdomain(o.clusterSet); len(errs) > 0 {
-		bad("clusterset", "%q is not a DNS subdomain: %s", o.clusterSet, strings.Join(errs, "; "))
+	if e := validation.IsDNS1123Subdomain(o.clusterSet); len(e) > 0 {
+		errs.bad("clusterset", "%q is not a DNS subdomain: %s", o.clusterSet, strings.Join(e, "; "))
 	}
+}
 
+// checkFile says when a path given to flagName does not exist.
+func checkFile(errs *flagErrors, flagName, path string) {
+	if path == "" {
+		return
+	}
+	if _, err := os.Stat(path); err != nil {
+		errs.bad(flagName, "%v", err)
+	}
+}
+
+func (o *options) completeClusterSetIPs(raw *rawFlags, errs *flagErrors) {
 	var err error
 	if o.clusterSetCIDRs, err = parseFamilyPrefixes(raw.clusterSetCIDRs); err != nil {
-		bad("clusterset-cidrs", "%v", err)
+		errs.bad("clusterset-cidrs", "%v", err)
 	}
 	if o.clusterVIPCIDRs, err = parseFamilyPrefixes(raw.clusterVIPCIDRs); err != nil {
-		bad("cluster-vip-cidrs", "%v", err)
+		errs.bad("cluster-vip-cidrs", "%v", err)
 	}
 	for _, block := range o.clusterVIPCIDRs {
 		set, ok := prefixOfFamily(o.clusterSetCIDRs, block.Addr().Is4())
 		if !ok || !set.Contains(block.Addr()) || block.Bits() < set.Bits() {
-			bad("cluster-vip-cidrs", "%s is not inside any range of --clusterset-cidrs (%s)", block, raw.clusterSetCIDRs)
+			errs.bad("cluster-vip-cidrs", "%s is not inside any range of --clusterset-cidrs (%s)", block, raw.clusterSetCIDRs)
 		}
 	}
 	if v4, ok := prefixOfFamily(o.clusterSetCIDRs, true); ok && (o.vipBlockBitsV4 < v4.Bits() || o.vipBlockBitsV4 > 30) {
-		bad("vip-block-bits-ipv4", "%d does not fit inside %s (use %d-30)", o.vipBlockBitsV4, v4, v4.Bits())
+		errs.bad("vip-block-bits-ipv4", "%d does not fit inside %s (use %d-30)", o.vipBlockBitsV4, v4, v4.Bits())
 	}
 	if v6, ok := prefixOfFamily(o.clusterSetCIDRs, false); ok && (o.vipBlockBitsV6 < v6.Bits() || o.vipBlockBitsV6 > 126) {
-		bad("vip-block-bits-ipv6", "%d does not fit inside %s (use %d-126)", o.vipBlockBitsV6, v6, v6.Bits())
+		errs.bad("vip-block-bits-ipv6", "%d does not fit inside %s (use %d-126)", o.vipBlockBitsV6, v6, v6.Bits())
 	}
+}
+
+// completeControllers checks the flags of the controller role: the
+// heartbeat and liveness, leader election, the workers and the importer's
+// defences.
+func (o *options) completeControllers(raw *rawFlags, errs *flagErrors) {
 	if o.leaseDuration < time.Second {
-		bad("lease-duration", "must be at least 1s, got %v", o.leaseDuration)
+		errs.bad("lease-duration", "must be at least 1s, got %v", o.leaseDuration)
 	}
 	if o.clusterTTL < o.leaseDuration/2 {
-		bad("cluster-ttl", "%v is shorter than half of --lease-duration (%v): live clusters would be dropped between renewals", o.clusterTTL, o.leaseDuration)
+		errs.bad("cluster-ttl", "%v is shorter than half of --lease-duration (%v): live clusters would be dropped between renewals", o.clusterTTL, o.leaseDuration)
 	}
 	if o.leaderElect {
-		if errs := validation.IsDNS1123Label(o.leaderElectNS); len(errs) > 0 {
-			bad("leader-elect-namespace", "%q is not a namespace name", o.leaderElectNS)
+		if e := validation.IsDNS1123Label(o.leaderElectNS); len(e) > 0 {
+			errs.bad("leader-elect-namespace", "%q is not a namespace name", o.leaderElectNS)
 		}
 		if o.leaderElectRenew >= o.leaderElectLease {
-			bad("leader-elect-renew-deadline", "%v must be shorter than --leader-elect-lease-duration (%v)", o.leaderElectRenew, o.leaderElectLease)
+			errs.bad("leader-elect-renew-deadline", "%v must be shorter than --leader-elect-lease-duration (%v)", o.leaderElectRenew, o.leaderElectLease)
 		}
 		if o.leaderElectRetry <= 0 || o.leaderElectRetry >= o.leaderElectRenew {
-			bad("leader-elect-retry-period", "%v must be positive and shorter than --leader-elect-renew-deadline (%v)", o.leaderElectRetry, o.leaderElectRenew)
+			errs.bad("leader-elect-retry-period", "%v must be positive and shorter than --leader-elect-renew-deadline (%v)", o.leaderElectRetry, o.leaderElectRenew)
 		}
 	}
-	if o.exporterWorkers < 1 {
-		bad("exporter-workers", "must be at least 1, got %d", o.exporterWorkers)
-	}
-	if o.importerWorkers < 1 {
-		bad("importer-workers", "must be at least 1, got %d", o.importerWorkers)
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"exporter-workers", o.exporterWorkers}, {"importer-workers", o.importerWorkers}, {"max-services-per-cluster", o.maxServicesPerCluster}} {
+		if f.n < 1 {
+			errs.bad(f.name, "must be at least 1, got %d", f.n)
+		}
 	}
 	o.importDeniedNamespaces = []string{}
 	for _, ns := range splitList(raw.importDeniedNamespaces) {
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			bad("import-namespace-denylist", "%q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		if e := validation.IsDNS1123Label(ns); len(e) > 0 {
+			errs.bad("import-namespace-denylist", "%q is not a namespace name: %s", ns, strings.Join(e, "; "))
 			continue
 		}
 		if !slices.Contains(o.importDeniedNamespaces, ns) {
 			o.importDeniedNamespaces = append(o.importDeniedNamespaces, ns)
 		}
 	}
-	if o.maxServicesPerCluster < 1 {
-		bad("max-services-per-cluster", "must be at least 1, got %d", o.maxServicesPerCluster)
-	}
 	if o.goneClusterGrace < o.clusterTTL {
-		bad("gone-cluster-grace", "%v is shorter than --cluster-ttl (%v): a cluster's records would stop counting before it is even gone", o.goneClusterGrace, o.clusterTTL)
+		errs.bad("gone-cluster-grace", "%v is shorter than --cluster-ttl (%v): a cluster's records would stop counting before it is even gone", o.goneClusterGrace, o.clusterTTL)
 	}
 	if o.controllerResync < time.Second {
-		bad("controller-resync-period", "must be at least 1s, got %v", o.controllerResync)
+		errs.bad("controller-resync-period", "must be at least 1s, got %v", o.controllerResync)
 	}
+}
 
-	if o.runs(componentDNS) {
-		if _, _, err := net.SplitHostPort(o.dnsListen); err != nil {
-			bad("dns-listen", "%q is not HOST:PORT: %v", o.dnsListen, err)
-		}
-		if o.dnsTTL < time.Second || o.dnsTTL > 24*time.Hour {
-			bad("dns-ttl", "%v is out of range; use 1s to 24h", o.dnsTTL)
-		}
-		o.dnsReverseCIDRs = nil
-		for _, part := range splitList(raw.dnsReverseCIDRs) {
-			p, err := netip.ParsePrefix(part)
-			switch {
-			case err != nil:
-				bad("dns-reverse-cidrs", "%q is not a CIDR: %v", part, err)
-			case p.Bits() < 8 && p.Addr().Is4(), p.Bits() < 4:
-				bad("dns-reverse-cidrs", "%s is wider than a reverse zone's first label (/8 for IPv4, /4 for IPv6)", p)
-			default:
-				o.dnsReverseCIDRs = append(o.dnsReverseCIDRs, p.Masked())
-			}
+func (o *options) completeDNS(raw *rawFlags, errs *flagErrors) {
+	if !o.runs(componentDNS) {
+		return
+	}
+	if _, _, err := net.SplitHostPort(o.dnsListen); err != nil {
+		errs.bad("dns-listen", "%q is not HOST:PORT: %v", o.dnsListen, err)
+	}
+	if o.dnsTTL < time.Second || o.dnsTTL > 24*time.Hour {
+		errs.bad("dns-ttl", "%v is out of range; use 1s to 24h", o.dnsTTL)
+	}
+	o.dnsReverseCIDRs = nil
+	for _, part := range splitList(raw.dnsReverseCIDRs) {
+		p, err := netip.ParsePrefix(part)
+		switch {
+		case err != nil:
+			errs.bad("dns-reverse-cidrs", "%q is not a CIDR: %v", part, err)
+		case p.Bits() < 8 && p.Addr().Is4(), p.Bits() < 4:
+			errs.bad("dns-reverse-cidrs", "%s is wider than a reverse zone's first label (/8 for IPv4, /4 for IPv6)", p)
+		default:
+			o.dnsReverseCIDRs = append(o.dnsReverseCIDRs, p.Masked())
 		}
 	}
-	if o.netns != "" {
-		if _, err := os.Stat(o.netns); err != nil {
-			bad("netns", "%v", err)
-		}
-	}
+}
+
+// completeProxier checks the flags of the node's data plane: its
+// namespace, IP families and the proxier's settings.
+func (o *options) completeProxier(raw *rawFlags, errs *flagErrors) {
+	checkFile(errs, "netns", o.netns)
 	o.ipFamilies = nil
 	for _, f := range splitList(raw.ipFamilies) {
 		family := corev1.IPFamily(f)
 		switch {
 		case family != corev1.IPv4Protocol && family != corev1.IPv6Protocol:
-			bad("ip-families", "unknown IP family %q; use IPv4, IPv6 or both", f)
+			errs.bad("ip-families", "unknown IP family %q; use IPv4, IPv6 or both", f)
 		case slices.Contains(o.ipFamilies, family):
-			bad("ip-families", "%s given twice", f)
+			errs.bad("ip-families", "%s given twice", f)
 		default:
 			o.ipFamilies = append(o.ipFamilies, family)
 		}
 	}
 	if len(o.ipFamilies) == 0 {
-		bad("ip-families", "no IP family given")
+		errs.bad("ip-families", "no IP family given")
 	}
+	var err error
 	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
-		bad("proxier-mode", "%v", err)
+		errs.bad("proxier-mode", "%v", err)
 	}
 	if o.minSync <= 0 {
-		bad("proxier-min-sync-period", "must be positive, got %v", o.minSync)
+		errs.bad("proxier-min-sync-period", "must be positive, got %v", o.minSync)
 	}
 	if o.syncPeriod < o.minSync {
-		bad("proxier-sync-period", "%v is shorter than --proxier-min-sync-period (%v)", o.syncPeriod, o.minSync)
+		errs.bad("proxier-sync-period", "%v is shorter than --proxier-min-sync-period (%v)", o.syncPeriod, o.minSync)
 	}
 	if o.fullSync < o.syncPeriod {
-		bad("proxier-full-sync-period", "%v is shorter than --proxier-sync-period (%v)", o.fullSync, o.syncPeriod)
+		errs.bad("proxier-full-sync-period", "%v is shorter than --proxier-sync-period (%v)", o.fullSync, o.syncPeriod)
 	}
 	if mark, err := strconv.ParseUint(raw.masqMark, 0, 32); err != nil {
-		bad("masquerade-mark", "%q is not a 32-bit number: %v", raw.masqMark, err)
+		errs.bad("masquerade-mark", "%q is not a 32-bit number: %v", raw.masqMark, err)
 	} else if mark == 0 || mark&(mark-1) != 0 {
-		bad("masquerade-mark", "%#x must be a single bit, such as %#x", mark, proxier.DefaultMasqueradeMark)
+		errs.bad("masquerade-mark", "%#x must be a single bit, such as %#x", mark, proxier.DefaultMasqueradeMark)
 	} else {
 		o.masqMark = uint32(mark)
 	}
@@ -411,29 +443,32 @@ func (o *options) complete(raw *rawFlags) error {
 	for _, c := range splitList(raw.podCIDRs) {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			bad("pod-cidrs", "%q is not a CIDR: %v", c, err)
+			errs.bad("pod-cidrs", "%q is not a CIDR: %v", c, err)
 			continue
 		}
 		o.podCIDRs = append(o.podCIDRs, p.Masked().String())
 	}
 	if o.healthTimeout <= 0 {
-		bad("proxier-healthz-timeout", "must be positive, got %v", o.healthTimeout)
+		errs.bad("proxier-healthz-timeout", "must be positive, got %v", o.healthTimeout)
 	}
+}
+
+// completeObservability checks the endpoints, the shutdown and the logs.
+func (o *options) completeObservability(errs *flagErrors) {
 	for name, addr := range map[string]string{"metrics-address": o.metricsAddress, "health-address": o.healthAddress} {
 		if addr == "" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			bad(name, "%q is not HOST:PORT: %v", addr, err)
+			errs.bad(name, "%q is not HOST:PORT: %v", addr, err)
 		}
 	}
 	if o.shutdownGracePeriod < 0 {
-		bad("shutdown-grace-period", "must not be negative")
+		errs.bad("shutdown-grace-period", "must not be negative")
 	}
 	for _, err := range logsapi.Validate(o.logs, nil, nil) {
-		bad(loggingFlag(err.Field), "%s", err.ErrorBody())
+		errs.bad(loggingFlag(err.Field), "%s", err.ErrorBody())
 	}
-	return errors.Join(errs...)
 }
 
 // loggingFlag is the flag of a field of the logging configuration.
