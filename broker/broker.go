@@ -166,75 +166,55 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 	namespace := settings.Namespace
 	switch o := obj.(type) {
 	case *corev1.Namespace:
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := kube.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := kube.CoreV1().Namespaces().Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels = o.Labels
-				_, err = kube.CoreV1().Namespaces().Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.CoreV1().Namespaces(), o, func(cur, want *corev1.Namespace) { cur.Labels = want.Labels })
 	case *rbacv1.Role:
-		roles := kube.RbacV1().Roles(namespace)
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := roles.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := roles.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Rules = o.Rules
-				_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.RbacV1().Roles(namespace), o, func(cur, want *rbacv1.Role) { cur.Rules = want.Rules })
 	case *corev1.ConfigMap:
-		cms := kube.CoreV1().ConfigMaps(namespace)
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := cms.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := cms.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels, cur.Data = o.Labels, o.Data
-				_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.CoreV1().ConfigMaps(namespace), o, func(cur, want *corev1.ConfigMap) {
+			cur.Labels, cur.Data = want.Labels, want.Data
+		})
 	case *corev1.ResourceQuota:
 		return syncQuota(ctx, kube, namespace, settings.MemberBudget, o.Labels)
 	case *admissionv1.ValidatingAdmissionPolicy:
-		policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := policies.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := policies.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Spec = o.Spec
-				_, err = policies.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.AdmissionregistrationV1().ValidatingAdmissionPolicies(), o,
+			func(cur, want *admissionv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec })
 	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := bindings.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := bindings.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Spec = o.Spec
-				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings(), o,
+			func(cur, want *admissionv1.ValidatingAdmissionPolicyBinding) { cur.Spec = want.Spec })
 	default:
 		return fmt.Errorf("unexpected kind %T in broker manifests", obj)
 	}
 }
+
+// typedClient is a client of one kind of object, as client-go's typed
+// clients are.
+type typedClient[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// upsert creates want, or, when it exists, updates the object the API
+// server has with what set copies from want (the fields the broker owns),
+// reading it again when another writer raced the update.
+func upsert[T metav1.Object](ctx context.Context, client typedClient[T], want T, set func(cur, want T)) error {
+	return createOrUpdate(ctx, want.GetName(),
+		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
+		func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				set(cur, want)
+				_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
+		})
+}
+
+// ownedBy copies want's owner references, for upsert.
+func ownedBy[T metav1.Object](cur, want T) { cur.SetOwnerReferences(want.GetOwnerReferences()) }
 
 func createOrUpdate(ctx context.Context, name string, create, update func() error) error {
 	err := create()
@@ -276,17 +256,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	}
 	decl := declarationObject(namespace, Declaration{Cluster: clusterID, PodCIDRs: opts.PodCIDRs})
 	cms := kube.CoreV1().ConfigMaps(namespace)
-	err = createOrUpdate(ctx, decl.Name,
-		func() error { _, err := cms.Create(ctx, decl, metav1.CreateOptions{}); return err },
-		func() error {
-			cur, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Labels, cur.Data = decl.Labels, decl.Data
-			_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
+	err = upsert(ctx, cms, decl, func(cur, want *corev1.ConfigMap) { cur.Labels, cur.Data = want.Labels, want.Data })
 	if err != nil {
 		return "", fmt.Errorf("declaring member %s: %w", clusterID, err)
 	}
@@ -301,21 +271,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	name := ServiceAccountName(clusterID)
 	labels := map[string]string{"app.kubernetes.io/name": "mcsd", LabelMemberCluster: clusterID}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner}}
-	accounts := kube.CoreV1().ServiceAccounts(namespace)
-	err = createOrUpdate(ctx, name,
-		func() error { _, err := accounts.Create(ctx, sa, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := accounts.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.OwnerReferences = owner
-				_, err = accounts.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
-	if err != nil {
+	if err := upsert(ctx, kube.CoreV1().ServiceAccounts(namespace), sa, ownedBy); err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
 	}
 	if err := syncQuota(ctx, kube, namespace, settings.MemberBudget, nil); err != nil {
@@ -326,21 +282,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: MemberRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
 	}
-	bindings := kube.RbacV1().RoleBindings(namespace)
-	err = createOrUpdate(ctx, rb.Name,
-		func() error { _, err := bindings.Create(ctx, rb, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := bindings.Get(ctx, rb.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.OwnerReferences = owner
-				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
-	if err != nil {
+	if err := upsert(ctx, kube.RbacV1().RoleBindings(namespace), rb, ownedBy); err != nil {
 		return "", fmt.Errorf("binding %s to Role %s: %w", name, MemberRole, err)
 	}
 	return memberToken(ctx, kube, namespace, name, labels)

@@ -85,6 +85,22 @@ func ParseClaim(cm *corev1.ConfigMap) (Claim, error) {
 	return Claim{Block: block, Cluster: cluster, Name: cm.Name, Created: cm.CreationTimestamp, Revision: rev}, nil
 }
 
+// ParseClaims parses every claim among objs (an informer's ConfigMaps) and
+// returns those that parse, and why the others do not.
+func ParseClaims(objs []any) (claims []Claim, malformed []error) {
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			c, err := ParseClaim(cm)
+			if err != nil {
+				malformed = append(malformed, err)
+				continue
+			}
+			claims = append(claims, c)
+		}
+	}
+	return claims, malformed
+}
+
 // Owners returns the claims that own their block: each claim in the order
 // the broker stored them (revision, else creationTimestamp, then name)
 // unless it overlaps an earlier owner. Every member computes the same

@@ -8,11 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mcsd-io/mcsd/liveness"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // Step two of answering: the records, looked up by name.

@@ -5,9 +5,12 @@ import (
 	"fmt"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Run feeds the Index from the embedder's informers on ServiceImports and
@@ -18,20 +21,12 @@ import (
 // initial lists, marks the Index synced, and keeps it up to date until ctx
 // is done, when it removes them.
 func (x *Index) Run(ctx context.Context, imports, slices cache.SharedInformer) error {
-	importReg, err := imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { x.onImport(obj) },
-		UpdateFunc: func(_, obj any) { x.onImport(obj) },
-		DeleteFunc: func(obj any) { x.onImportDelete(obj) },
-	})
+	importReg, err := imports.AddEventHandler(handler(x, func(si *mcsv1beta1.ServiceImport) { x.setImport(si) }, x.deleteImport, "a ServiceImport"))
 	if err != nil {
 		return fmt.Errorf("dns: watching ServiceImports: %w", err)
 	}
 	defer func() { _ = imports.RemoveEventHandler(importReg) }()
-	sliceReg, err := slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { x.onSlice(obj) },
-		UpdateFunc: func(_, obj any) { x.onSlice(obj) },
-		DeleteFunc: func(obj any) { x.onSliceDelete(obj) },
-	})
+	sliceReg, err := slices.AddEventHandler(handler(x, func(es *discoveryv1.EndpointSlice) { x.setSlice(es) }, x.deleteSlice, "an EndpointSlice"))
 	if err != nil {
 		return fmt.Errorf("dns: watching EndpointSlices: %w", err)
 	}
@@ -47,44 +42,25 @@ func (x *Index) Run(ctx context.Context, imports, slices cache.SharedInformer) e
 	return nil
 }
 
-func (x *Index) onImport(obj any) {
-	if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-		x.setImport(si)
-	}
-}
-
-func (x *Index) onImportDelete(obj any) {
-	if si, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-		x.deleteImport(si.Namespace, si.Name)
-		return
-	}
-	// The watch missed the deletion; the key says what was deleted.
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		if namespace, name, err := cache.SplitMetaNamespaceKey(t.Key); err == nil {
-			x.deleteImport(namespace, name)
-			return
+// handler hands the Index every T the informer adds or updates (set), and
+// the namespace and name of every one it deletes (del), also when the
+// watch missed the deletion and only the key says what was deleted. what
+// names a T in the log of an object that is not one.
+func handler[T metav1.Object](x *Index, set func(T), del func(namespace, name string), what string) cache.ResourceEventHandlerFuncs {
+	onSet := func(obj any) {
+		if o, ok := obj.(T); ok {
+			set(o)
 		}
 	}
-	x.logger.V(2).Info("Ignoring the deletion of an object that is not a ServiceImport", "object", klog.Format(obj))
-}
-
-func (x *Index) onSlice(obj any) {
-	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		x.setSlice(es)
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    onSet,
+		UpdateFunc: func(_, obj any) { onSet(obj) },
+		DeleteFunc: func(obj any) {
+			if namespace, name, ok := tombstone.Key[T](obj); ok {
+				del(namespace, name)
+				return
+			}
+			x.logger.V(2).Info("Ignoring the deletion of an object that is not "+what, "object", klog.Format(obj))
+		},
 	}
-}
-
-func (x *Index) onSliceDelete(obj any) {
-	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		x.deleteSlice(es.Namespace, es.Name)
-		return
-	}
-	// The watch missed the deletion; the key says what was deleted.
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		if namespace, name, err := cache.SplitMetaNamespaceKey(t.Key); err == nil {
-			x.deleteSlice(namespace, name)
-			return
-		}
-	}
-	x.logger.V(2).Info("Ignoring the deletion of an object that is not an EndpointSlice", "object", klog.Format(obj))
 }

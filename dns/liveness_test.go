@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/miekg/dns"
+
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 func TestGoneClustersAreNotServed(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Config is what the exporter needs besides its informers. Shared's Local
@@ -55,7 +56,7 @@ type Controller struct {
 
 	exports  mcslisters.ServiceExportLister
 	services corelisters.ServiceLister
-	claims   corelisters.ConfigMapLister
+	claims   cache.Store
 	// Indexes by service, so that one service's sync reads its own objects
 	// instead of scanning every object of the namespace or broker: the
 	// core controller's EndpointSlices, every cluster's records, and this
@@ -89,9 +90,9 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 	records, ownSlices, claims := broker.RecordObjects(), broker.OwnSlices(), broker.Claims()
 	c.exports = mcslisters.NewServiceExportLister(exports.GetIndexer())
 	c.services = corelisters.NewServiceLister(services.GetIndexer())
-	c.claims = corelisters.NewConfigMapLister(claims.GetIndexer())
+	c.claims = claims.GetStore()
 	c.sliceIndex, c.recordIndex, c.ownSliceIndex = slices.GetIndexer(), records.GetIndexer(), ownSlices.GetIndexer()
-	if err := controller.AddIndex(slices, record.IndexByService, localSliceServiceIndex); err != nil {
+	if err := controller.AddIndex(slices, record.IndexByService, coreSliceIndex); err != nil {
 		return nil, err
 	}
 	for _, inf := range []cache.SharedIndexInformer{records, ownSlices} {
@@ -183,34 +184,13 @@ func (c *Controller) ObserveBroker(err error) {
 
 // sliceApplier writes this cluster's broker slices, counting its writes.
 func (c *Controller) sliceApplier() sliceapply.Applier {
-	return sliceapply.Applier{
-		Client:   c.cfg.Broker,
-		What:     "broker EndpointSlice",
-		UpToDate: sliceUpToDate,
-		Update:   sliceUpdate,
-		Wrote: func(operation string, _ *discoveryv1.EndpointSlice) {
-			if operation != "found" {
-				c.Metrics.Wrote("endpointslice", operation)
-			}
-		},
-	}
+	return sliceapply.Applier{Client: c.cfg.Broker, What: "broker EndpointSlice", UpToDate: sliceUpToDate, Update: sliceUpdate, Metrics: c.Metrics}
 }
 
 // vipRule is the VIP rule as the claims on the broker stand now.
 func (c *Controller) vipRule() clustersetip.Rule {
-	rule := clustersetip.Rule{ClusterSet: c.cfg.ClusterSetCIDRs}
-	cms, err := c.claims.List(labels.Everything())
-	if err != nil {
-		return rule
-	}
-	var claims []clustersetip.Claim
-	for _, cm := range cms {
-		if cl, err := clustersetip.ParseClaim(cm); err == nil {
-			claims = append(claims, cl)
-		}
-	}
-	rule.Owners = clustersetip.Owners(claims)
-	return rule
+	claims, _ := clustersetip.ParseClaims(c.claims.List())
+	return clustersetip.Rule{ClusterSet: c.cfg.ClusterSetCIDRs, Owners: clustersetip.Owners(claims)}
 }
 
 // resyncAll queues every export of this cluster, once the exporter runs.
@@ -227,48 +207,27 @@ func (c *Controller) resyncAll() {
 	}
 }
 
+// enqueueLocalSlice enqueues the Service of one of the core controller's
+// EndpointSlices.
 func (c *Controller) enqueueLocalSlice(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return
-	}
-	// Only the core controller's slices of a Service: never mcsd's own
-	// imported slices, which carry no kubernetes.io/service-name label.
-	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
-		c.Queue.Add(s.Namespace + "/" + svc)
+	keys, _ := coreSliceIndex(obj)
+	for _, k := range keys {
+		c.Queue.Add(k)
 	}
 }
 
-// localSliceServiceIndex indexes the core controller's EndpointSlices by
-// the Service they belong to (never mcsd's imported ones, which have no
-// kubernetes.io/service-name label).
-func localSliceServiceIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
-		return nil, nil
-	}
-	return []string{record.ServiceKey(s.Namespace, s.Labels[discoveryv1.LabelServiceName])}, nil
-}
+// coreSliceIndex indexes the core controller's EndpointSlices by the
+// Service they belong to; never mcsd's imported ones, which have no
+// kubernetes.io/service-name label.
+var coreSliceIndex = record.NamespacedLabelIndex(discoveryv1.LabelServiceName)
 
 // onRecord keeps the VIP book current and re-syncs the service: another
 // cluster's change can raise or clear this cluster's conflicts. The
 // services holding the record's VIPs are re-synced too: one service taking
 // or letting go of an address changes whether another may hold it.
 func (c *Controller) onRecord(old, cur any) {
-	recordOf := func(obj any) *mcsv1beta1.ServiceImport {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		si, _ := obj.(*mcsv1beta1.ServiceImport)
-		return si
-	}
-	o, n := recordOf(old), recordOf(cur)
+	o, _ := tombstone.Object[*mcsv1beta1.ServiceImport](old)
+	n, _ := tombstone.Object[*mcsv1beta1.ServiceImport](cur)
 	var oldVIPs, curVIPs []string
 	latest := n
 	if o != nil {

@@ -19,23 +19,13 @@ import (
 // result is deterministic, so an unchanged service yields unchanged slices
 // and a restart rewrites nothing.
 func brokerSlices(cluster, namespace, name string, local []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
-	var out []*discoveryv1.EndpointSlice
-	index := map[discoveryv1.AddressType]int{}
-	for _, g := range endpointgroup.Of(local, endpointgroup.Options{Endpoint: brokerEndpoint, Ports: normalizePorts}) {
-		for _, eps := range g.Chunks() {
-			out = append(out, &discoveryv1.EndpointSlice{
-				ObjectMeta: metav1.ObjectMeta{
-					Name:   record.EndpointSliceName(cluster, namespace, name, g.Family, index[g.Family]),
-					Labels: record.EndpointSliceLabels(cluster, namespace, name),
-				},
-				AddressType: g.Family,
-				Endpoints:   eps,
-				Ports:       g.Ports,
-			})
-			index[g.Family]++
+	groups := endpointgroup.Of(local, endpointgroup.Options{Endpoint: brokerEndpoint, Ports: normalizePorts})
+	return endpointgroup.Slices(groups, func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
+		return metav1.ObjectMeta{
+			Name:   record.EndpointSliceName(cluster, namespace, name, family, index),
+			Labels: record.EndpointSliceLabels(cluster, namespace, name),
 		}
-	}
-	return out
+	})
 }
 
 // brokerEndpoint keeps what other clusters need of an endpoint: addresses,

@@ -15,12 +15,8 @@ type Metrics struct {
 
 // NewMetrics registers the exporter's metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		leaseRenewal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: "exporter", Name: "lease_renewals_total",
-			Help: "Broker Lease renewals by result (success, error).",
-		}, []string{"result"}),
-	}
+	renewals := controller.MetricOpts("exporter", "lease_renewals_total", "Broker Lease renewals by result (success, error).")
+	m := &Metrics{leaseRenewal: prometheus.NewCounterVec(prometheus.CounterOpts(renewals), []string{"result"})}
 	m.Metrics = controller.NewMetrics(reg, controller.MetricsOpts{
 		Subsystem:        "exporter",
 		SyncsHelp:        "Export syncs by result (success, error).",

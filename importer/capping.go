@@ -7,10 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // DefaultMaxServicesPerCluster is how many records one cluster may
@@ -161,10 +161,7 @@ func (c *Controller) onRecordAdded(obj any) {
 }
 
 func (c *Controller) onRecordDeleted(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	r, ok := obj.(*record.Cached)
+	r, ok := tombstone.Object[*record.Cached](obj)
 	if !ok {
 		return
 	}

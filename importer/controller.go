@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -248,10 +247,10 @@ func (c *Controller) index(records, remoteSlices, ownSlices cache.SharedIndexInf
 	return errors.Join(
 		controller.AddIndex(records, byService, record.ServiceIndex),
 		controller.AddIndex(records, record.IndexByCluster, record.ClusterIndex),
-		controller.AddIndex(records, byServiceNamespace, serviceNamespaceIndex),
+		controller.AddIndex(records, byServiceNamespace, record.LabelIndex(record.LabelServiceNamespace)),
 		controller.AddIndex(records, byVIP, vipIndex),
 		controller.AddIndex(remoteSlices, byService, record.ServiceIndex),
-		controller.AddIndex(ownSlices, byService, localSliceServiceIndex),
+		controller.AddIndex(ownSlices, byService, mcsSliceIndex),
 	)
 }
 
@@ -361,7 +360,7 @@ func (c *Controller) onNamespace(obj any) {
 }
 
 func (c *Controller) enqueueOwnSlice(obj any) {
-	keys, _ := localSliceServiceIndex(obj)
+	keys, _ := mcsSliceIndex(obj)
 	for _, k := range keys {
 		c.Queue.Add(k)
 	}
@@ -401,30 +400,6 @@ func (c *Controller) allServiceKeys() []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-func localSliceServiceIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	name := m.GetLabels()[mcsv1beta1.LabelServiceName]
-	if name == "" {
-		return nil, nil
-	}
-	return []string{m.GetNamespace() + "/" + name}, nil
-}
-
-// serviceNamespaceIndex indexes broker records by the namespace of their
-// service.
-func serviceNamespaceIndex(obj any) ([]string, error) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	if ns := m.GetLabels()[record.LabelServiceNamespace]; ns != "" {
-		return []string{ns}, nil
-	}
-	return nil, nil
-}
+// mcsSliceIndex indexes the importer's MCS EndpointSlices by their
+// service, "<namespace>/<multicluster.kubernetes.io/service-name>".
+var mcsSliceIndex = record.NamespacedLabelIndex(mcsv1beta1.LabelServiceName)

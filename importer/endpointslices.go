@@ -74,27 +74,17 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 		if src.remote {
 			opts.Endpoint = remoteEndpoint
 		}
-		groups := endpointgroup.Of(src.slices, opts)
-		index := map[discoveryv1.AddressType]int{}
-		for _, g := range groups {
-			// A group without endpoints still gets its (empty) slice: the
-			// cluster exports the service in that family.
-			for _, eps := range g.Chunks() {
-				out = append(out, &discoveryv1.EndpointSlice{
-					ObjectMeta: metav1.ObjectMeta{
-						Name:            mcsslice.Name(si.Name, cluster, g.Family, index[g.Family]),
-						Namespace:       si.Namespace,
-						Labels:          mcsslice.Labels(si.Name, cluster),
-						Annotations:     map[string]string{mcsslice.ServicePortsAnnotation: portsValue},
-						OwnerReferences: []metav1.OwnerReference{owner},
-					},
-					AddressType: g.Family,
-					Endpoints:   eps,
-					Ports:       g.Ports,
-				})
-				index[g.Family]++
+		// A group without endpoints still gets its (empty) slice: the
+		// cluster exports the service in that family.
+		out = append(out, endpointgroup.Slices(endpointgroup.Of(src.slices, opts), func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
+			return metav1.ObjectMeta{
+				Name:            mcsslice.Name(si.Name, cluster, family, index),
+				Namespace:       si.Namespace,
+				Labels:          mcsslice.Labels(si.Name, cluster),
+				Annotations:     map[string]string{mcsslice.ServicePortsAnnotation: portsValue},
+				OwnerReferences: []metav1.OwnerReference{owner},
 			}
-		}
+		})...)
 	}
 	return out
 }
@@ -216,10 +206,8 @@ func (c *Controller) sliceApplier() sliceapply.Applier {
 		What:     "EndpointSlice",
 		UpToDate: sliceUpToDate,
 		Update:   sliceUpdate,
+		Metrics:  c.Metrics,
 		Wrote: func(operation string, s *discoveryv1.EndpointSlice) {
-			if operation != "found" {
-				c.Metrics.Wrote("endpointslice", operation)
-			}
 			if operation != "delete" {
 				c.ownCache.Mutation(s)
 			}

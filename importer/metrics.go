@@ -1,8 +1,9 @@
 package importer
 
 import (
-	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcsd-io/mcsd/internal/controller"
 )
 
 // Metrics are the importer's Prometheus metrics: a controller's (syncs,
@@ -19,27 +20,20 @@ type Metrics struct {
 
 // NewMetrics registers the importer's metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts(controller.MetricOpts("importer", name, help)), []string{label})
+	}
 	m := &Metrics{
-		ignoredRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "ignored_records_total",
-			Help: "Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out).",
-		}, []string{"reason"}),
-		rejectedVIPs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "rejected_clustersetips_total",
-			Help: "ClusterSetIPs of broker records ignored, by reason (ClusterSetIPOutsideRange, ClusterSetIPNotOwned); each counted once when first rejected.",
-		}, []string{"reason"}),
-		droppedEPs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "dropped_endpoints_total",
-			Help: "Remote endpoints not imported, by reason (EndpointsOutsidePodCIDRs); counted as a service's number of dropped endpoints grows.",
-		}, []string{"reason"}),
-		undeclared: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "clusters_without_declaration",
-			Help: "Clusters with endpoints but no member declaration on the broker, whose endpoints are imported unchecked.",
-		}),
-		overCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "records_over_cap",
-			Help: "Export records of a cluster ignored because it has more than the cap, by cluster (0 when within it).",
-		}, []string{"cluster"}),
+		ignoredRecords: counter("ignored_records_total",
+			"Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out).", "reason"),
+		rejectedVIPs: counter("rejected_clustersetips_total",
+			"ClusterSetIPs of broker records ignored, by reason (ClusterSetIPOutsideRange, ClusterSetIPNotOwned); each counted once when first rejected.", "reason"),
+		droppedEPs: counter("dropped_endpoints_total",
+			"Remote endpoints not imported, by reason (EndpointsOutsidePodCIDRs); counted as a service's number of dropped endpoints grows.", "reason"),
+		undeclared: prometheus.NewGauge(prometheus.GaugeOpts(controller.MetricOpts("importer", "clusters_without_declaration",
+			"Clusters with endpoints but no member declaration on the broker, whose endpoints are imported unchecked."))),
+		overCap: prometheus.NewGaugeVec(prometheus.GaugeOpts(controller.MetricOpts("importer", "records_over_cap",
+			"Export records of a cluster ignored because it has more than the cap, by cluster (0 when within it).")), []string{"cluster"}),
 	}
 	m.Metrics = controller.NewMetrics(reg, controller.MetricsOpts{
 		Subsystem:        "importer",

@@ -10,12 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Members trust the broker's API server, not each other. The broker's
@@ -83,10 +83,7 @@ func (t *trust) rule() clustersetip.Rule {
 
 // vipIndex indexes valid records by their ClusterSetIPs, in canonical form.
 func vipIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	r, ok := obj.(*record.Cached)
+	r, ok := tombstone.Object[*record.Cached](obj)
 	if !ok || r.Invalid != nil {
 		return nil, nil
 	}
@@ -271,18 +268,9 @@ func (c *Controller) noteUndeclared(cluster string) {
 // claimsChanged recomputes the block owners and resyncs every service
 // whose records' VIPs change verdict.
 func (c *Controller) claimsChanged() {
-	var claims []clustersetip.Claim
-	for _, o := range c.claims.List() {
-		cm, ok := o.(*corev1.ConfigMap)
-		if !ok {
-			continue
-		}
-		cl, err := clustersetip.ParseClaim(cm)
-		if err != nil {
-			klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "claim", klog.KObj(cm), "err", err)
-			continue
-		}
-		claims = append(claims, cl)
+	claims, malformed := clustersetip.ParseClaims(c.claims.List())
+	for _, err := range malformed {
+		klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "err", err)
 	}
 	owners := clustersetip.Owners(claims)
 	c.trust.mu.Lock()

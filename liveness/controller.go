@@ -17,6 +17,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Defaults of Config.
@@ -309,10 +310,7 @@ func (c *Controller) services(cluster string) int {
 // onLease notes a heartbeat Lease's renewal or deletion and has its
 // cluster reevaluated.
 func (c *Controller) onLease(obj any, deleted bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	l, ok := obj.(*coordinationv1.Lease)
+	l, ok := tombstone.Object[*coordinationv1.Lease](obj)
 	if !ok {
 		return
 	}

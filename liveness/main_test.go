@@ -1,16 +1,9 @@
 package liveness
 
 import (
-	"os"
 	"testing"
+
+	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
-// TestMain turns off client-go's watch-list streaming before any informer
-// starts: the fake clientsets never send the bookmark an informer waits
-// for. Real API servers need nothing of the kind.
-func TestMain(m *testing.M) {
-	if err := os.Setenv("KUBE_FEATURE_WatchListClient", "false"); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }

@@ -1,6 +1,10 @@
 package liveness
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcsd-io/mcsd/internal/controller"
+)
 
 // Metrics are the liveness controller's Prometheus metrics. They keep the
 // names they had when the importer decided liveness (mcsd_importer_...):
@@ -13,19 +17,14 @@ type Metrics struct {
 
 // NewMetrics registers the liveness metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	opts := func(name, help string) prometheus.Opts { return controller.MetricOpts("importer", name, help) }
 	m := &Metrics{
-		liveClusters: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "live_clusters",
-			Help: "Clusters whose broker Lease was renewed within the TTL, this one included.",
-		}),
-		brokerReachable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "broker_reachable",
-			Help: "1 while the broker answers; 0 while the importer serves the last known state.",
-		}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: "importer", Name: "cluster_dropped_total",
-			Help: "Times a cluster's endpoints were dropped because its broker Lease expired, by cluster.",
-		}, []string{"cluster"}),
+		liveClusters: prometheus.NewGauge(prometheus.GaugeOpts(opts("live_clusters",
+			"Clusters whose broker Lease was renewed within the TTL, this one included."))),
+		brokerReachable: prometheus.NewGauge(prometheus.GaugeOpts(opts("broker_reachable",
+			"1 while the broker answers; 0 while the importer serves the last known state."))),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts(opts("cluster_dropped_total",
+			"Times a cluster's endpoints were dropped because its broker Lease expired, by cluster.")), []string{"cluster"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.liveClusters, m.brokerReachable, m.dropped)

@@ -5,11 +5,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/mcsd-io/mcsd/mcsslice"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // sliceInfo is what the proxier needs of one MCS EndpointSlice. It is

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -21,17 +20,10 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
-// TestMain turns off client-go's watch-list streaming before any informer
-// starts: the mcs-api fake clientset predates it and never sends the
-// bookmark an informer waits for. Real API servers need nothing of the kind.
-func TestMain(m *testing.M) {
-	if err := os.Setenv("KUBE_FEATURE_WatchListClient", "false"); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }
 
 // conntrackByCNI stands for a CNI that clears conntrack entries itself.
 type conntrackByCNI struct{}

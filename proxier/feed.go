@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mcsd-io/mcsd/liveness"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/tombstone"
+	"github.com/mcsd-io/mcsd/liveness"
 )
 
 // Feed hands a [Provider] every change of the embedder's informers on
@@ -65,10 +67,7 @@ func handlers[T any](add func(T), update func(old, cur T), del func(T)) cache.Re
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if o, ok := obj.(T); ok {
+			if o, ok := tombstone.Object[T](obj); ok {
 				del(o)
 			}
 		},

@@ -373,13 +373,7 @@ func (p *Proxier) OnServiceImportDelete(si *mcsv1beta1.ServiceImport) {
 
 // OnServiceImportsSynced implements [Provider]. Once EndpointSlices have
 // synced too, it asks the sync loop for the first sync.
-func (p *Proxier) OnServiceImportsSynced() {
-	p.mu.Lock()
-	p.importsSynced = true
-	ready := p.slicesSynced
-	p.mu.Unlock()
-	p.startSyncing(ready)
-}
+func (p *Proxier) OnServiceImportsSynced() { p.informerSynced(&p.importsSynced) }
 
 // OnEndpointSliceAdd implements [Provider]. Slices without the
 // multicluster.kubernetes.io/service-name label, or of the other family, are
@@ -404,15 +398,15 @@ func (p *Proxier) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
 
 // OnEndpointSlicesSynced implements [Provider]. Once ServiceImports have
 // synced too, it asks the sync loop for the first sync.
-func (p *Proxier) OnEndpointSlicesSynced() {
-	p.mu.Lock()
-	p.slicesSynced = true
-	ready := p.importsSynced
-	p.mu.Unlock()
-	p.startSyncing(ready)
-}
+func (p *Proxier) OnEndpointSlicesSynced() { p.informerSynced(&p.slicesSynced) }
 
-func (p *Proxier) startSyncing(ready bool) {
+// informerSynced notes that one informer has synced (sets *synced), and
+// once both have, starts syncing.
+func (p *Proxier) informerSynced(synced *bool) {
+	p.mu.Lock()
+	*synced = true
+	ready := p.importsSynced && p.slicesSynced
+	p.mu.Unlock()
 	if !ready {
 		return
 	}

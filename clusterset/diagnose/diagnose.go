@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/broker"
@@ -249,15 +248,13 @@ func (r *run) credentials(ctx context.Context) bool {
 	r.namespace = cmpOr(r.opts.BrokerNamespace, ns, broker.DefaultNamespace)
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 15 * time.Second
-	if r.brokerKube, err = kubernetes.NewForConfig(cfg); err != nil {
-		r.add(name, Fail, err.Error(), "")
-		return false
-	}
-	mcs, err := mcsclient.NewForConfig(cfg)
+	c, err := status.NewClients(cfg)
 	if err != nil {
 		r.add(name, Fail, err.Error(), "")
 		return false
 	}
+	r.brokerKube = c.Kube
+	mcs := c.MCS
 	r.snapshot, err = status.Read(ctx, r.brokerKube, mcs, r.namespace)
 	if err != nil {
 		fix := "check that the member reaches the broker's URL in its Secret " + membership.SecretNamespace + "/" + membership.SecretName + " and that its identity exists there (kubectl mcs join again)"

@@ -20,12 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/yaml"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
@@ -61,18 +59,11 @@ func Write(ctx context.Context, w io.Writer, member *rest.Config, opts Options) 
 	if opts.LogLines <= 0 {
 		opts.LogLines = 2000
 	}
-	kube, err := kubernetes.NewForConfig(member)
+	c, err := status.NewClients(member)
 	if err != nil {
 		return nil, err
 	}
-	mcs, err := mcsclient.NewForConfig(member)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(member)
-	if err != nil {
-		return nil, err
-	}
+	kube, mcs, dyn := c.Kube, c.MCS, c.Dynamic
 	a := &archive{files: map[string][]byte{}}
 	all := metav1.ListOptions{}
 
@@ -200,16 +191,12 @@ func (a *archive) logs(ctx context.Context, kube kubernetes.Interface, ns string
 // broker keeps this cluster's records on the broker and the clusterset's
 // status as the broker shows it.
 func (a *archive) broker(ctx context.Context, cfg *rest.Config, ns, id string) {
-	kube, err := kubernetes.NewForConfig(cfg)
+	c, err := status.NewClients(cfg)
 	if err != nil {
 		a.fail("broker", err)
 		return
 	}
-	mcs, err := mcsclient.NewForConfig(cfg)
-	if err != nil {
-		a.fail("broker", err)
-		return
-	}
+	kube, mcs := c.Kube, c.MCS
 	own := metav1.ListOptions{LabelSelector: record.ClusterSelector(id).String()}
 	a.add("broker/records.yaml", func() (any, error) { return mcs.MulticlusterV1beta1().ServiceImports(ns).List(ctx, own) })
 	a.add("broker/endpointslices.yaml", func() (any, error) { return kube.DiscoveryV1().EndpointSlices(ns).List(ctx, own) })

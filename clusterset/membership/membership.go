@@ -24,11 +24,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
 
@@ -318,14 +318,11 @@ func BrokerConfig(ctx context.Context, memberKube kubernetes.Interface) (*rest.C
 // and ClusterSetIP claims). With memberKube not nil it also deletes the
 // member's broker Secret.
 func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.Interface, namespace, id string, progress func(string, ...any)) error {
-	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
+	brk, err := status.NewClients(brokerAdmin)
 	if err != nil {
 		return err
 	}
-	brokerMCS, err := mcsclient.NewForConfig(brokerAdmin)
-	if err != nil {
-		return err
-	}
+	brokerKube, brokerMCS := brk.Kube, brk.MCS
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}

@@ -11,16 +11,20 @@ package status
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
@@ -48,6 +52,25 @@ type Snapshot struct {
 	Claims  []clustersetip.Claim
 }
 
+// Clients reach one cluster, the broker or a member: the clusterset tools
+// read and write with them.
+type Clients struct {
+	Kube    kubernetes.Interface
+	MCS     mcsclient.Interface
+	Dynamic dynamic.Interface
+}
+
+// NewClients returns the clients of the cluster cfg reaches.
+func NewClients(cfg *rest.Config) (*Clients, error) {
+	kube, kubeErr := kubernetes.NewForConfig(cfg)
+	mcs, mcsErr := mcsclient.NewForConfig(cfg)
+	dyn, dynErr := dynamic.NewForConfig(cfg)
+	if err := errors.Join(kubeErr, mcsErr, dynErr); err != nil {
+		return nil, err
+	}
+	return &Clients{Kube: kube, MCS: mcs, Dynamic: dyn}, nil
+}
+
 // Read takes a Snapshot of the broker namespace.
 func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interface, namespace string) (*Snapshot, error) {
 	s := &Snapshot{Namespace: namespace, Read: time.Now(), Invalid: map[string]int{}}
@@ -60,36 +83,37 @@ func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interfac
 	if err != nil {
 		return nil, fmt.Errorf("listing the members' declarations: %w", err)
 	}
-	for i := range decls.Items {
-		d, err := broker.ParseDeclaration(&decls.Items[i])
-		if err != nil {
-			s.Broken = append(s.Broken, err)
-			continue
-		}
-		s.Declarations = append(s.Declarations, d)
-	}
+	s.Declarations = parseEach(decls.Items, broker.ParseDeclaration, func(_ *corev1.ConfigMap, err error) { s.Broken = append(s.Broken, err) })
 	claims, err := kube.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
 	if err != nil {
 		return nil, fmt.Errorf("listing the ClusterSetIP claims: %w", err)
 	}
-	for i := range claims.Items {
-		if c, err := clustersetip.ParseClaim(&claims.Items[i]); err == nil {
-			s.Claims = append(s.Claims, c)
-		}
-	}
+	s.Claims = parseEach(claims.Items, clustersetip.ParseClaim, nil)
 	records, err := mcs.MulticlusterV1beta1().ServiceImports(namespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if err != nil {
 		return nil, fmt.Errorf("listing the export records: %w", err)
 	}
-	for i := range records.Items {
-		e, err := record.Decode(&records.Items[i])
+	s.Records = parseEach(records.Items, record.Decode, func(r *mcsv1beta1.ServiceImport, _ error) {
+		s.Invalid[r.Labels[record.LabelSourceCluster]]++
+	})
+	return s, nil
+}
+
+// parseEach parses every item with parse and returns what parses; bad
+// (when set) is told of each item that does not, and why.
+func parseEach[I, T any](items []I, parse func(*I) (T, error), bad func(*I, error)) []T {
+	var out []T
+	for i := range items {
+		t, err := parse(&items[i])
 		if err != nil {
-			s.Invalid[records.Items[i].Labels[record.LabelSourceCluster]]++
+			if bad != nil {
+				bad(&items[i], err)
+			}
 			continue
 		}
-		s.Records = append(s.Records, e)
+		out = append(out, t)
 	}
-	return s, nil
+	return out
 }
 
 // ReadLiveness reads the member's liveness ConfigMap in namespace (where

@@ -35,12 +35,9 @@ func newBrokerCmd(g *globals) *cobra.Command {
 }
 
 type brokerInstallOptions struct {
-	namespace        string
-	clusterSetCIDRs  string
-	blockV4, blockV6 int
-	budget           string
-	skipCRDs         bool
-	print            bool
+	namespace, clusterSetCIDRs, budget string
+	blockV4, blockV6                   int
+	skipCRDs, print                    bool
 }
 
 func newBrokerInstallCmd(g *globals) *cobra.Command {

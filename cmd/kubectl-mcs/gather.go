@@ -12,11 +12,8 @@ import (
 )
 
 type gatherOptions struct {
-	output    string
-	clusterID string
-	namespace string
-	brokerNS  string
-	lines     int64
+	output, clusterID, namespace, brokerNS string
+	lines                                  int64
 }
 
 func newGatherCmd(g *globals) *cobra.Command {

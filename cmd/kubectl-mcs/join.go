@@ -14,16 +14,16 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
+	"github.com/mcsd-io/mcsd/clusterset/status"
 )
 
 type joinOptions struct {
-	memberContext   string
-	clusterID       string
-	podCIDRs        string
-	brokerServer    string
-	brokerNamespace string
-	output          string
-	noSecret        bool
+	memberContext, clusterID, podCIDRs string
+	brokerServer, brokerNamespace      string
+	// output, when set, is where the member's broker kubeconfig is
+	// written too.
+	output   string
+	noSecret bool
 }
 
 func newJoinCmd(g *globals) *cobra.Command {
@@ -121,10 +121,8 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 }
 
 type leaveOptions struct {
-	memberContext   string
-	clusterID       string
-	brokerNamespace string
-	keepSecret      bool
+	memberContext, clusterID, brokerNamespace string
+	keepSecret                                bool
 }
 
 func newLeaveCmd(g *globals) *cobra.Command {
@@ -171,15 +169,15 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 		if err != nil {
 			return err
 		}
-		kube, dyn, err := clients(memberCfg)
+		member, err := status.NewClients(memberCfg)
 		if err != nil {
 			return err
 		}
-		if id, _, err = membership.ResolveClusterID(ctx, kube, dyn, id); err != nil {
+		if id, _, err = membership.ResolveClusterID(ctx, member.Kube, member.Dynamic, id); err != nil {
 			return err
 		}
 		if !o.keepSecret {
-			memberKube = kube
+			memberKube = member.Kube
 		}
 	}
 	progress := func(format string, args ...any) {

@@ -8,25 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/liveness"
 )
-
-func clients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, error) {
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	return kube, dyn, err
-}
 
 // brokerFlags say how to reach the broker for reading.
 type brokerFlags struct {
@@ -66,15 +54,11 @@ func (b *brokerFlags) snapshot(ctx context.Context, g *globals) (*status.Snapsho
 	if ns == "" {
 		ns = broker.DefaultNamespace
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	c, err := status.NewClients(cfg)
 	if err != nil {
 		return nil, err
 	}
-	mcs, err := mcsclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return status.Read(ctx, kube, mcs, ns)
+	return status.Read(ctx, c.Kube, c.MCS, ns)
 }
 
 type statusOptions struct {
@@ -217,6 +201,7 @@ func orDash(s string) string {
 	return s
 }
 
+// serviceOptions are status svc's; local skips the broker.
 type serviceOptions struct {
 	out    outputFlag
 	broker brokerFlags
@@ -256,15 +241,11 @@ imports from each cluster (its MCS EndpointSlices).`,
 			if err != nil {
 				return err
 			}
-			kube, err := kubernetes.NewForConfig(cfg)
+			c, err := status.NewClients(cfg)
 			if err != nil {
 				return err
 			}
-			mcs, err := mcsclient.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			svc, err := status.ReadService(ctx, kube, mcs, snap, ns, name)
+			svc, err := status.ReadService(ctx, c.Kube, c.MCS, snap, ns, name)
 			if err != nil {
 				return err
 			}

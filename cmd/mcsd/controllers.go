@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/rest"
 	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -345,27 +343,4 @@ func (c *controllers) claimBlocks(ctx context.Context, broker *clients) (map[cor
 		klog.FromContext(ctx).Info("Holding ClusterSetIP block", "family", family, "block", block)
 	}
 	return allocators, nil
-}
-
-// readyChecks say whether the controllers of this replica are synced; a
-// replica that is not leading has nothing to be ready for.
-func (c *controllers) readyChecks() []healthz.HealthChecker {
-	var checks []healthz.HealthChecker
-	if c.o.runs(componentExporter) {
-		checks = append(checks, c.syncedCheck(componentExporter, func() bool { e := c.exporter.Load(); return e != nil && e.Synced() }))
-	}
-	if c.o.runs(componentImporter) {
-		checks = append(checks, c.syncedCheck(componentImporter, func() bool { i := c.importer.Load(); return i != nil && i.Synced() }))
-	}
-	return checks
-}
-
-// syncedCheck is the readiness check "<name>-synced" of a controller.
-func (c *controllers) syncedCheck(name string, synced func() bool) healthz.HealthChecker {
-	return healthz.NamedCheck(name+"-synced", func(*http.Request) error {
-		if c.leading.Load() && !synced() {
-			return errors.New(name + ": caches not synced yet")
-		}
-		return nil
-	})
 }

@@ -91,3 +91,62 @@ func listenAndServe(ctx context.Context, flagName, addr string, h http.Handler) 
 	}()
 	return nil
 }
+
+// readyChecks say whether every data-plane component this replica runs
+// answers from synced state.
+func (dp *nodeAgent) readyChecks() []healthz.HealthChecker {
+	var checks []healthz.HealthChecker
+	if dp.dnsServer != nil {
+		checks = append(checks, healthz.NamedCheck("dns-synced", func(*http.Request) error {
+			if !dp.dnsServer.Ready() {
+				return errors.New("dns: not serving from a synced index yet")
+			}
+			return nil
+		}))
+	}
+	if dp.provider != nil {
+		checks = append(checks, healthz.NamedCheck("proxier-synced", func(*http.Request) error {
+			if !dp.fed.Load() {
+				return errors.New("proxier: informers not synced yet")
+			}
+			return nil
+		}))
+	}
+	return checks
+}
+
+// healthChecks say whether the proxier applies queued updates in time.
+func (dp *nodeAgent) healthChecks() []healthz.HealthChecker {
+	if dp.health == nil {
+		return nil
+	}
+	return []healthz.HealthChecker{healthz.NamedCheck("proxier-sync", func(*http.Request) error {
+		if ok, last := dp.health.Healthy(); !ok {
+			return fmt.Errorf("proxier: a queued update is not applied (last sync %v)", last)
+		}
+		return nil
+	})}
+}
+
+// readyChecks say whether the controllers of this replica are synced; a
+// replica that is not leading has nothing to be ready for.
+func (c *controllers) readyChecks() []healthz.HealthChecker {
+	var checks []healthz.HealthChecker
+	if c.o.runs(componentExporter) {
+		checks = append(checks, c.syncedCheck(componentExporter, func() bool { e := c.exporter.Load(); return e != nil && e.Synced() }))
+	}
+	if c.o.runs(componentImporter) {
+		checks = append(checks, c.syncedCheck(componentImporter, func() bool { i := c.importer.Load(); return i != nil && i.Synced() }))
+	}
+	return checks
+}
+
+// syncedCheck is the readiness check "<name>-synced" of a controller.
+func (c *controllers) syncedCheck(name string, synced func() bool) healthz.HealthChecker {
+	return healthz.NamedCheck(name+"-synced", func(*http.Request) error {
+		if c.leading.Load() && !synced() {
+			return errors.New(name + ": caches not synced yet")
+		}
+		return nil
+	})
+}

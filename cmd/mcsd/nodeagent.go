@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/dns"
@@ -190,40 +187,4 @@ func (dp *nodeAgent) serveDNS(ctx context.Context, o *options) error {
 	}
 	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
-}
-
-// readyChecks say whether every data-plane component this replica runs
-// answers from synced state.
-func (dp *nodeAgent) readyChecks() []healthz.HealthChecker {
-	var checks []healthz.HealthChecker
-	if dp.dnsServer != nil {
-		checks = append(checks, healthz.NamedCheck("dns-synced", func(*http.Request) error {
-			if !dp.dnsServer.Ready() {
-				return errors.New("dns: not serving from a synced index yet")
-			}
-			return nil
-		}))
-	}
-	if dp.provider != nil {
-		checks = append(checks, healthz.NamedCheck("proxier-synced", func(*http.Request) error {
-			if !dp.fed.Load() {
-				return errors.New("proxier: informers not synced yet")
-			}
-			return nil
-		}))
-	}
-	return checks
-}
-
-// healthChecks say whether the proxier applies queued updates in time.
-func (dp *nodeAgent) healthChecks() []healthz.HealthChecker {
-	if dp.health == nil {
-		return nil
-	}
-	return []healthz.HealthChecker{healthz.NamedCheck("proxier-sync", func(*http.Request) error {
-		if ok, last := dp.health.Healthy(); !ok {
-			return fmt.Errorf("proxier: a queued update is not applied (last sync %v)", last)
-		}
-		return nil
-	})}
 }

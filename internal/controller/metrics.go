@@ -35,20 +35,21 @@ type MetricsOpts struct {
 	Conflicts bool
 }
 
+// MetricOpts are the options of the metric mcsd_<subsystem>_<name>.
+func MetricOpts(subsystem, name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: "mcsd", Subsystem: subsystem, Name: name, Help: help}
+}
+
 // NewMetrics makes the metrics o names and registers them on reg (nil:
 // unregistered), with extra collectors of the controller's own.
 func NewMetrics(reg prometheus.Registerer, o MetricsOpts, extra ...prometheus.Collector) *Metrics {
 	m := &Metrics{
-		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: o.Subsystem, Name: "syncs_total", Help: o.SyncsHelp,
-		}, []string{"result"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts(MetricOpts(o.Subsystem, "syncs_total", o.SyncsHelp)), []string{"result"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "mcsd", Subsystem: o.Subsystem, Name: "sync_duration_seconds",
 			Help: o.SyncDurationHelp, Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "mcsd", Subsystem: o.Subsystem, Name: o.WritesName, Help: o.WritesHelp,
-		}, []string{"kind", "operation"}),
+		writes:     prometheus.NewCounterVec(prometheus.CounterOpts(MetricOpts(o.Subsystem, o.WritesName, o.WritesHelp)), []string{"kind", "operation"}),
 		conditions: conditiongauge.New(o.ConditionsName, o.ConditionsHelp),
 		conflicts:  o.Conflicts,
 	}

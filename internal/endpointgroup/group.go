@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -105,6 +106,27 @@ func (g Group) Chunks() [][]discoveryv1.Endpoint {
 	var out [][]discoveryv1.Endpoint
 	for start := 0; start < len(g.Endpoints); start += MaxPerSlice {
 		out = append(out, g.Endpoints[start:min(start+MaxPerSlice, len(g.Endpoints))])
+	}
+	return out
+}
+
+// Slices lays groups out as EndpointSlices, at most MaxPerSlice endpoints
+// each, a group without endpoints as one empty slice. meta gives each its
+// object metadata from its address type and its index among the slices of
+// that type, so that an unchanged input yields unchanged names.
+func Slices(groups []Group, meta func(family discoveryv1.AddressType, index int) metav1.ObjectMeta) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	index := map[discoveryv1.AddressType]int{}
+	for _, g := range groups {
+		for _, eps := range g.Chunks() {
+			out = append(out, &discoveryv1.EndpointSlice{
+				ObjectMeta:  meta(g.Family, index[g.Family]),
+				AddressType: g.Family,
+				Endpoints:   eps,
+				Ports:       g.Ports,
+			})
+			index[g.Family]++
+		}
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package record
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // IndexByService names the index ServiceIndex makes in an informer of
@@ -14,14 +16,8 @@ const IndexByService = "service"
 // labels, so that a controller finds one service's objects without
 // scanning them all.
 func ServiceIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, nil
-	}
-	ns, name := m.GetLabels()[LabelServiceNamespace], m.GetLabels()[LabelServiceName]
+	l := tombstone.Labels(obj)
+	ns, name := l[LabelServiceNamespace], l[LabelServiceName]
 	if ns == "" || name == "" {
 		return nil, nil
 	}
@@ -37,16 +33,28 @@ const IndexByCluster = "cluster"
 
 // ClusterIndex indexes broker objects by the cluster that wrote them, read
 // from their LabelSourceCluster.
-func ClusterIndex(obj any) ([]string, error) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
+var ClusterIndex = LabelIndex(LabelSourceCluster)
+
+// LabelIndex indexes objects by the value of their label, when they have
+// it.
+func LabelIndex(label string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		if v := tombstone.Labels(obj)[label]; v != "" {
+			return []string{v}, nil
+		}
 		return nil, nil
 	}
-	if cluster := m.GetLabels()[LabelSourceCluster]; cluster != "" {
-		return []string{cluster}, nil
+}
+
+// NamespacedLabelIndex indexes namespaced objects by "<namespace>/<value of
+// label>", when they have it: a local EndpointSlice by the Service it is
+// named for.
+func NamespacedLabelIndex(label string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		m, ok := tombstone.Object[metav1.Object](obj)
+		if !ok || m.GetLabels()[label] == "" {
+			return nil, nil
+		}
+		return []string{ServiceKey(m.GetNamespace(), m.GetLabels()[label])}, nil
 	}
-	return nil, nil
 }

@@ -33,8 +33,11 @@ type Applier struct {
 	// Wrote is told of every successful write ("create", "update",
 	// "delete") with the object the API server returned (the deleted one
 	// for a delete), and of a slice a create found up to date already
-	// ("found"), for metrics and caches. Optional.
+	// ("found"), for caches. Optional.
 	Wrote func(operation string, s *discoveryv1.EndpointSlice)
+	// Metrics, when set, counts every write by operation, of kind
+	// "endpointslice".
+	Metrics interface{ Wrote(kind, operation string) }
 	// Workers (default DefaultWorkers).
 	Workers int
 }
@@ -128,6 +131,9 @@ func (a Applier) delete(ctx context.Context, s *discoveryv1.EndpointSlice) error
 }
 
 func (a Applier) wrote(operation string, s *discoveryv1.EndpointSlice) {
+	if a.Metrics != nil && operation != "found" {
+		a.Metrics.Wrote("endpointslice", operation)
+	}
 	if a.Wrote != nil {
 		a.Wrote(operation, s)
 	}

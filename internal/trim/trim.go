@@ -33,12 +33,7 @@ func RemoteEndpointSlice(obj any) (any, error) {
 		return ManagedFields(obj)
 	}
 	return &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            s.Name,
-			Namespace:       s.Namespace,
-			Labels:          Labels(s.Labels),
-			ResourceVersion: s.ResourceVersion,
-		},
+		ObjectMeta:  identity(&s.ObjectMeta),
 		AddressType: s.AddressType,
 		Endpoints:   s.Endpoints,
 		Ports:       s.Ports,
@@ -86,11 +81,13 @@ func ConfigMap(obj any) (any, error) {
 	if !ok {
 		return ManagedFields(obj)
 	}
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: cm.Name, Namespace: cm.Namespace, Labels: Labels(cm.Labels),
-			ResourceVersion: cm.ResourceVersion, CreationTimestamp: cm.CreationTimestamp,
-		},
-		Data: cm.Data,
-	}, nil
+	m := identity(&cm.ObjectMeta)
+	m.CreationTimestamp = cm.CreationTimestamp
+	return &corev1.ConfigMap{ObjectMeta: m, Data: cm.Data}, nil
+}
+
+// identity is what a trimmed object keeps of its metadata: its name,
+// namespace, labels (see Labels) and resourceVersion.
+func identity(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: Labels(m.Labels), ResourceVersion: m.ResourceVersion}
 }

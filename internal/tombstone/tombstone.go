@@ -1,0 +1,50 @@
+// Package tombstone unwraps what an informer hands a delete handler: the
+// object itself, or, when the watch missed the deletion and a relist found
+// the object gone, a cache.DeletedFinalStateUnknown holding its last known
+// state. Handlers and index functions read objects through it instead of
+// each unwrapping tombstones its own way.
+package tombstone
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Object returns obj, or the object of its tombstone, as a T; false when it
+// is not one.
+func Object[T any](obj any) (T, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	o, ok := obj.(T)
+	return o, ok
+}
+
+// Labels returns the labels of obj, or of the object of its tombstone; nil
+// for what has none.
+func Labels(obj any) map[string]string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	return m.GetLabels()
+}
+
+// Key returns the namespace and name of a deleted T, or the key of its
+// tombstone: the object in a tombstone may not be a T when the watch missed
+// more than the deletion, but the key still says what was deleted. False
+// for anything else.
+func Key[T metav1.Object](obj any) (namespace, name string, ok bool) {
+	if o, isT := obj.(T); isT {
+		return o.GetNamespace(), o.GetName(), true
+	}
+	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		ns, n, err := cache.SplitMetaNamespaceKey(t.Key)
+		return ns, n, err == nil
+	}
+	return "", "", false
+}
