@@ -68,8 +68,23 @@ func TestAClusterWhoseLeaseStopsIsPublishedGoneAndBack(t *testing.T) {
 		t.Fatalf("synced %v, live west %v east %v north %v", c.HasSynced(), c.Live("west"), c.Live("east"), c.Live("north"))
 	}
 
-	clk.Step(7 * time.Second)
-	published("after the TTL without a renewal", Gone)
+	// Time passes on the controller's clock, a second at a time: west is
+	// gone once the TTL has passed since its Lease was seen.
+	stepped := time.Duration(0)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		cm, err := local.CoreV1().ConfigMaps(ns).Get(ctx, ConfigMapName, metav1.GetOptions{})
+		if err == nil && cm.Data["west"] == Gone {
+			return true, nil
+		}
+		clk.Step(time.Second)
+		stepped += time.Second
+		return false, nil
+	}); err != nil {
+		t.Fatal("the ConfigMap never said west is gone")
+	}
+	if stepped < 6*time.Second {
+		t.Fatalf("west was published gone after %v, within the TTL", stepped)
+	}
 	if c.Live("west") || !c.Pinned("west") {
 		t.Fatalf("gone west: live %v, pinned %v (its records count for the grace)", c.Live("west"), c.Pinned("west"))
 	}
