@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // A member's declaration is what the broker's administrator states about
@@ -16,7 +18,7 @@ import (
 const (
 	// LabelDeclaration marks a ConfigMap as a member's declaration; the
 	// object also carries the member's source-cluster label.
-	LabelDeclaration = "mcsd.io/member-declaration"
+	LabelDeclaration = record.LabelDeclaration
 	// DeclarationPodCIDRsKey holds the member's pod CIDRs, comma-separated.
 	DeclarationPodCIDRsKey = "podCIDRs"
 )

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // A claim is a ConfigMap in the broker namespace named for the claiming
@@ -29,7 +31,7 @@ import (
 // creationTimestamp is not.
 const (
 	// LabelClaim marks a ConfigMap as a ClusterSetIP block claim.
-	LabelClaim = "mcsd.io/clustersetip-block"
+	LabelClaim = record.LabelClaim
 	// ClaimKey is the data key holding the claimed block.
 	ClaimKey = "block"
 )

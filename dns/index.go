@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // Step two of answering: the records, looked up by name.
@@ -54,7 +54,7 @@ type Index struct {
 	gate *vipGate
 	// gone are the clusters whose endpoints are not served (see
 	// SetGoneClusters).
-	gone liveness.GoneClusters
+	gone mcsslice.GoneClusters
 }
 
 // NewIndex returns an empty Index that is not synced yet. Feed it with Run.

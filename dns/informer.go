@@ -9,8 +9,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-
-	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Run feeds the Index from the embedder's informers on ServiceImports and
@@ -56,9 +54,16 @@ func handler[T metav1.Object](x *Index, set func(T), del func(namespace, name st
 		AddFunc:    onSet,
 		UpdateFunc: func(_, obj any) { onSet(obj) },
 		DeleteFunc: func(obj any) {
-			if namespace, name, ok := tombstone.Key[T](obj); ok {
-				del(namespace, name)
+			if o, ok := obj.(T); ok {
+				del(o.GetNamespace(), o.GetName())
 				return
+			}
+			// The watch missed the deletion; the key says what was deleted.
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if namespace, name, err := cache.SplitMetaNamespaceKey(t.Key); err == nil {
+					del(namespace, name)
+					return
+				}
 			}
 			x.logger.V(2).Info("Ignoring the deletion of an object that is not "+what, "object", klog.Format(obj))
 		},

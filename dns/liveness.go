@@ -1,6 +1,6 @@
 package dns
 
-import "github.com/mcsd-io/mcsd/liveness"
+import "github.com/mcsd-io/mcsd/mcsslice"
 
 // SetGoneClusters stops serving the endpoints of the given clusters (their
 // broker Lease expired, as the liveness ConfigMap says) and serves again
@@ -13,7 +13,7 @@ import "github.com/mcsd-io/mcsd/liveness"
 // cluster's death costs the few that do; the others catch up on their next
 // change (the importer's cleanup of their slices, at the latest), and until
 // then only the ready-endpoint count lags.
-func (x *Index) SetGoneClusters(gone liveness.GoneClusters) {
+func (x *Index) SetGoneClusters(gone mcsslice.GoneClusters) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	changed := gone.Changed(x.gone)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 func TestGoneClustersAreNotServed(t *testing.T) {
@@ -24,7 +24,7 @@ func TestGoneClustersAreNotServed(t *testing.T) {
 	}
 
 	// Cluster IDs are matched whatever their case.
-	idx.SetGoneClusters(liveness.NewGoneClusters("C2"))
+	idx.SetGoneClusters(mcsslice.NewGoneClusters("C2"))
 	dbLive := answers("db.prod.svc.clusterset.local.", dns.TypeA)
 	for _, rr := range dbLive {
 		if strings.HasSuffix(rr, "\t10.2.0.1") {
@@ -47,7 +47,7 @@ func TestGoneClustersAreNotServed(t *testing.T) {
 		t.Fatalf("a ClusterSetIP service's VIP does not depend on liveness: %v", got)
 	}
 
-	idx.SetGoneClusters(liveness.NewGoneClusters())
+	idx.SetGoneClusters(mcsslice.NewGoneClusters())
 	if got := answers("db.prod.svc.clusterset.local.", dns.TypeA); !slices.Equal(sortedCopy(got), sortedCopy(dbAll)) {
 		t.Fatalf("db A once c2 is back: %v, want %v", got, dbAll)
 	}

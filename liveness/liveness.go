@@ -10,10 +10,11 @@
 // Gone, and the broker reachable or not. It exists so that a cluster's
 // death costs one write, not one per service: the node's data plane (mcsd's
 // DNS server and proxier, or a CNI embedding the proxier) follows it with a
-// Watcher and stops serving a gone cluster's endpoints (GoneClusters) as
-// soon as it says so, while the importer removes that cluster's
-// EndpointSlices and status entries afterwards at a bounded rate; kubectl
-// mcs status reads it too, so the operator sees what the nodes do.
+// Watcher and stops serving a gone cluster's endpoints
+// (mcsslice.GoneClusters) as soon as it says so, while the importer removes
+// that cluster's EndpointSlices and status entries afterwards at a bounded
+// rate; kubectl mcs status reads it too, so the operator sees what the
+// nodes do.
 package liveness
 
 import (
@@ -22,6 +23,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // ConfigMapName is the name of the ConfigMap, in the namespace mcsd runs
@@ -69,14 +72,14 @@ func (s State) Of(cluster string) string {
 }
 
 // GoneClusters returns the clusters the state says are gone.
-func (s State) GoneClusters() GoneClusters {
+func (s State) GoneClusters() mcsslice.GoneClusters {
 	var gone []string
 	for cluster, v := range s.Clusters {
 		if v == Gone {
 			gone = append(gone, cluster)
 		}
 	}
-	return NewGoneClusters(gone...)
+	return mcsslice.NewGoneClusters(gone...)
 }
 
 // Apply writes the state into cm's data and annotations and reports

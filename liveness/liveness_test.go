@@ -6,10 +6,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 func TestStateRoundTrip(t *testing.T) {
@@ -54,22 +54,22 @@ func TestReadTakesUnknownWordsForLive(t *testing.T) {
 
 func TestWatcherReportsChanges(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: "unrelated"}, Data: map[string]string{"east": Gone}})
-	reports := make(chan GoneClusters, 10)
-	w, err := NewWatcher(kube, "mcsd-system", func(gone GoneClusters) { reports <- gone })
+	reports := make(chan mcsslice.GoneClusters, 10)
+	w, err := NewWatcher(kube, "mcsd-system", func(gone mcsslice.GoneClusters) { reports <- gone })
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go w.Run(ctx)
-	next := func(what string) GoneClusters {
+	next := func(what string) mcsslice.GoneClusters {
 		t.Helper()
 		select {
 		case g := <-reports:
 			return g
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no report %s", what)
-			return GoneClusters{}
+			return mcsslice.GoneClusters{}
 		}
 	}
 	if g := next("at start"); g.Len() != 0 {
@@ -100,10 +100,10 @@ func TestWatcherReportsChanges(t *testing.T) {
 func TestASlowSubscriberDelaysNoOther(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: ConfigMapName}, Data: map[string]string{"east": Gone}})
 	release := make(chan struct{})
-	fast := make(chan GoneClusters, 10)
+	fast := make(chan mcsslice.GoneClusters, 10)
 	w, err := NewWatcher(kube, "ns",
-		func(GoneClusters) { <-release },
-		func(gone GoneClusters) { fast <- gone },
+		func(mcsslice.GoneClusters) { <-release },
+		func(gone mcsslice.GoneClusters) { fast <- gone },
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -118,25 +118,5 @@ func TestASlowSubscriberDelaysNoOther(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the fast subscriber waited for the slow one")
-	}
-}
-
-func TestGoneClustersCompareIDsInLowerCase(t *testing.T) {
-	gone := NewGoneClusters("East")
-	if !gone.Has("east") || !gone.Has("EAST") || gone.Has("west") {
-		t.Fatalf("%v: Has(east)=%v Has(EAST)=%v Has(west)=%v", gone, gone.Has("east"), gone.Has("EAST"), gone.Has("west"))
-	}
-	if changed := NewGoneClusters("east", "north").Changed(gone); changed.String() != "north" {
-		t.Fatalf("changed %v, want north only", changed)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "EAST"}},
-		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
-	}
-	if got := gone.Withhold(slice); len(got.Endpoints) != 0 || len(slice.Endpoints) != 1 {
-		t.Fatalf("withheld %v from %v: want no endpoints, the original untouched", got.Endpoints, slice.Endpoints)
-	}
-	if got := NewGoneClusters().Withhold(slice); got != slice {
-		t.Fatal("a slice of a live cluster is not passed as it is")
 	}
 }

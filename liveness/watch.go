@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // Watcher follows the ConfigMap in one namespace and tells each of its
@@ -22,17 +24,17 @@ type Watcher struct {
 	subscribers []*subscriber
 
 	mu   sync.Mutex
-	last *GoneClusters
+	last *mcsslice.GoneClusters
 }
 
 // subscriber is told the latest set on a goroutine of its own, so that a
 // slow one (DNS republishing thousands of names) delays no other (the
 // proxier); a set it had no time for is skipped for the next.
 type subscriber struct {
-	onChange func(gone GoneClusters)
+	onChange func(gone mcsslice.GoneClusters)
 	wake     chan struct{}
 	mu       sync.Mutex
-	latest   GoneClusters
+	latest   mcsslice.GoneClusters
 }
 
 // NewWatcher watches only the ConfigMap named ConfigMapName in namespace,
@@ -40,7 +42,7 @@ type subscriber struct {
 // subscriber is called from a goroutine of its own, one call at a time,
 // with the set of clusters gone: first when the initial state is known (possibly
 // empty: no ConfigMap yet), then with the latest set after each change.
-func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone GoneClusters)) (*Watcher, error) {
+func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone mcsslice.GoneClusters)) (*Watcher, error) {
 	w := &Watcher{}
 	for _, fn := range subscribers {
 		w.subscribers = append(w.subscribers, &subscriber{onChange: fn, wake: make(chan struct{}, 1)})
@@ -54,7 +56,7 @@ func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func
 	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.observe(obj) },
 		UpdateFunc: func(_, obj any) { w.observe(obj) },
-		DeleteFunc: func(any) { w.publish(NewGoneClusters()) },
+		DeleteFunc: func(any) { w.publish(mcsslice.NewGoneClusters()) },
 	}); err != nil {
 		return nil, fmt.Errorf("liveness: watching ConfigMap %s/%s: %w", namespace, ConfigMapName, err)
 	}
@@ -71,7 +73,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	if cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
 		w.mu.Lock()
 		if w.last == nil {
-			w.publishLocked(NewGoneClusters())
+			w.publishLocked(mcsslice.NewGoneClusters())
 		}
 		w.mu.Unlock()
 	}
@@ -90,13 +92,13 @@ func (w *Watcher) observe(obj any) {
 	w.publish(Read(cm).GoneClusters())
 }
 
-func (w *Watcher) publish(gone GoneClusters) {
+func (w *Watcher) publish(gone mcsslice.GoneClusters) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.publishLocked(gone)
 }
 
-func (w *Watcher) publishLocked(gone GoneClusters) {
+func (w *Watcher) publishLocked(gone mcsslice.GoneClusters) {
 	if w.last != nil && gone.Changed(*w.last).Len() == 0 {
 		return
 	}
@@ -107,7 +109,7 @@ func (w *Watcher) publishLocked(gone GoneClusters) {
 	}
 }
 
-func (s *subscriber) offer(gone GoneClusters) {
+func (s *subscriber) offer(gone mcsslice.GoneClusters) {
 	s.mu.Lock()
 	s.latest = gone
 	s.mu.Unlock()

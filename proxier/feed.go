@@ -10,8 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/internal/tombstone"
-	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/mcsslice"
 )
 
 // Feed hands a [Provider] every change of the embedder's informers on
@@ -29,7 +28,7 @@ type Feed struct {
 	// mu orders slice deliveries with liveness changes; gone are the
 	// clusters whose endpoints are withheld (see SetGoneClusters).
 	mu   sync.Mutex
-	gone liveness.GoneClusters
+	gone mcsslice.GoneClusters
 }
 
 // NewFeed registers p's event handlers on the two informers. Call it before
@@ -67,7 +66,10 @@ func handlers[T any](add func(T), update func(old, cur T), del func(T)) cache.Re
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if o, ok := tombstone.Object[T](obj); ok {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(T); ok {
 				del(o)
 			}
 		},
@@ -96,7 +98,7 @@ func (f *Feed) HasSynced() bool { return f.synced.Load() }
 // the set: their slices are delivered again, emptied or whole. The
 // EndpointSlices themselves are left to the importer, which tidies them up
 // later at a bounded rate; the data plane does not wait for that.
-func (f *Feed) SetGoneClusters(gone liveness.GoneClusters) {
+func (f *Feed) SetGoneClusters(gone mcsslice.GoneClusters) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before := f.gone

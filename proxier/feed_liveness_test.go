@@ -19,7 +19,6 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
-	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -92,7 +91,7 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 	}
 	backendsAre("both clusters live", "10.1.0.7", "10.2.0.7")
 
-	feed.SetGoneClusters(liveness.NewGoneClusters("West"))
+	feed.SetGoneClusters(mcsslice.NewGoneClusters("West"))
 	backendsAre("west gone", "10.1.0.7")
 	// A change to a gone cluster's slice stays withheld.
 	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
@@ -106,6 +105,6 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 	}
 	backendsAre("west gone, its slice updated", "10.1.0.7")
 
-	feed.SetGoneClusters(liveness.NewGoneClusters())
+	feed.SetGoneClusters(mcsslice.NewGoneClusters())
 	backendsAre("west back, with its update", "10.1.0.7", "10.2.0.7", "10.2.0.8")
 }

@@ -140,7 +140,7 @@ func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error 
 	}
 	// A gone cluster's endpoints leave DNS and the proxier as soon as the
 	// liveness ConfigMap says so, before their slices go.
-	var subscribers []func(liveness.GoneClusters)
+	var subscribers []func(mcsslice.GoneClusters)
 	if dp.dnsIndex != nil {
 		subscribers = append(subscribers, dp.dnsIndex.SetGoneClusters)
 	}

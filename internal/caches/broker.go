@@ -15,8 +15,6 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
-	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/trim"
 )
@@ -55,8 +53,8 @@ func NewBroker(kube kubernetes.Interface, mcs mcsclient.Interface, namespace, cl
 			"," + record.LabelServiceNamespace),
 		ownSlices: kubeIn(record.ClusterSelector(cluster).String()),
 		leases:    kubeIn(record.LabelSourceCluster),
-		claims:    kubeIn(clustersetip.LabelClaim),
-		decls:     kubeIn(broker.LabelDeclaration),
+		claims:    kubeIn(record.LabelClaim),
+		decls:     kubeIn(record.LabelDeclaration),
 	}
 }
 

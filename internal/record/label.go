@@ -46,6 +46,15 @@ func EndpointSliceLabels(cluster, namespace, name string) map[string]string {
 	return l
 }
 
+// Labels that mark the ConfigMaps of the broker namespace by what they
+// are; clustersetip and broker define their formats.
+const (
+	// LabelClaim marks a ClusterSetIP block claim.
+	LabelClaim = "mcsd.io/clustersetip-block"
+	// LabelDeclaration marks a member's declaration.
+	LabelDeclaration = "mcsd.io/member-declaration"
+)
+
 // AnnotationLeaseVersion on a cluster's heartbeat Lease is the version of
 // the mcsd that renews it, for operators.
 const AnnotationLeaseVersion = "mcsd.io/version"

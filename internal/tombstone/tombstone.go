@@ -7,7 +7,6 @@ package tombstone
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -32,19 +31,4 @@ func Labels(obj any) map[string]string {
 		return nil
 	}
 	return m.GetLabels()
-}
-
-// Key returns the namespace and name of a deleted T, or the key of its
-// tombstone: the object in a tombstone may not be a T when the watch missed
-// more than the deletion, but the key still says what was deleted. False
-// for anything else.
-func Key[T metav1.Object](obj any) (namespace, name string, ok bool) {
-	if o, isT := obj.(T); isT {
-		return o.GetNamespace(), o.GetName(), true
-	}
-	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-		ns, n, err := cache.SplitMetaNamespaceKey(t.Key)
-		return ns, n, err == nil
-	}
-	return "", "", false
 }

@@ -1,4 +1,4 @@
-package liveness
+package mcsslice
 
 import (
 	"maps"
@@ -10,11 +10,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
-// GoneClusters is what a data plane withholds: the clusters the ConfigMap
-// says are gone, whose endpoints it must not serve while their
-// EndpointSlices wait for the importer to tidy them up. It is the one place
-// a gone cluster's endpoints are filtered, for mcsd's DNS server and its
-// proxier alike. Cluster IDs are compared in lower case: an EndpointSlice's
+// GoneClusters is what a data plane withholds: the clusters the liveness
+// ConfigMap (package liveness) says are gone, whose endpoints it must not
+// serve while their EndpointSlices wait for the importer to tidy them up.
+// It is the one place a gone cluster's endpoints are filtered, for mcsd's
+// DNS server and its proxier alike. Cluster IDs are compared in lower case: an EndpointSlice's
 // source-cluster label and the ConfigMap's key of one cluster may differ in
 // case, and DNS names do not tell them apart. A GoneClusters is immutable.
 type GoneClusters struct {
