@@ -107,8 +107,9 @@ type leaderTerm struct {
 	// exporter's writes (a probe that times out means "the broker is
 	// down"); watch is what the informers read through.
 	broker, heartbeat, probe, watch *clients
-	// exporterLocal and importerLocal write to this cluster.
-	exporterLocal, importerLocal *clients
+	// exporterLocal and importerLocal write to this cluster; localRead is
+	// what the informers of this cluster read through.
+	exporterLocal, importerLocal, localRead *clients
 	// gate holds the informers' connections while the heartbeat cannot
 	// reach the broker: after an outage they resume with its first
 	// success, not after client-go's retry backoff.
@@ -143,13 +144,14 @@ func (c *controllers) newTerm(ctx context.Context) (*leaderTerm, error) {
 	}{
 		{&t.broker, brokerCfg, "broker"}, {&t.heartbeat, brokerCfg, "broker"}, {&t.probe, brokerCfg, "broker"},
 		{&t.watch, watchCfg, "broker"}, {&t.exporterLocal, c.local.config, "local cluster"}, {&t.importerLocal, c.local.config, "local cluster"},
+		{&t.localRead, c.local.config, "local cluster"},
 	} {
 		if *n.dst, err = newClients(n.cfg, c.o.clientQPS, c.o.clientBurst); err != nil {
 			return nil, fmt.Errorf("%s clients: %w", n.what, err)
 		}
 	}
 	t.recorder, t.stopEvents = events.NewRecorder(c.local.kube, "mcsd")
-	t.local = caches.NewLocal(t.importerLocal.kube, t.importerLocal.mcs, c.o.controllerResync, caches.LocalOptions{
+	t.local = caches.NewLocal(t.localRead.kube, t.localRead.mcs, c.o.controllerResync, caches.LocalOptions{
 		SliceSelector:  mcsslice.ImporterSelector,
 		SliceTransform: importer.TrimOwnSlice,
 		ImportsFrom:    c.nodeInformers,
