@@ -142,6 +142,8 @@ func New(cfg Config, broker *caches.Broker) (*Controller, error) {
 	c := &Controller{
 		cfg:          cfg,
 		book:         newLeaseBook(cfg.Clock, cfg.TTL, cfg.ClusterID),
+		// Named as when the importer held it: its workqueue metrics keep
+		// their queue label.
 		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: cfg.Clock}),
 		probeNow:     make(chan struct{}, 1),
 		publishNow:   make(chan struct{}, 1),
