@@ -140,8 +140,8 @@ func New(cfg Config, broker *caches.Broker) (*Controller, error) {
 		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	c := &Controller{
-		cfg:          cfg,
-		book:         newLeaseBook(cfg.Clock, cfg.TTL, cfg.ClusterID),
+		cfg:  cfg,
+		book: newLeaseBook(cfg.Clock, cfg.TTL, cfg.ClusterID),
 		// Named as when the importer held it: its workqueue metrics keep
 		// their queue label.
 		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: cfg.Clock}),
