@@ -8,6 +8,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,6 +38,14 @@ type Options struct {
 	// families, for a clusterset that mixes single-stack IPv4 and IPv6
 	// clusters; members it does not cover take IPFamilies.
 	MemberIPFamilies [][]corev1.IPFamily
+	// RealNodes gives every member cluster Nodes real nodes (default 1):
+	// a kubelet, containerd and kube-proxy each (realnode.go), with a
+	// kube-scheduler per cluster. Clusters stay IPv4-only; the API servers
+	// are reached from nodes and pods through the run's gateway
+	// (gateway.go). Without it a cluster has no node until a test adds
+	// harness nodes (AddNode).
+	RealNodes bool
+	Nodes     int
 }
 
 // ClusterSet is a running broker and its member clusters.
@@ -49,6 +58,8 @@ type ClusterSet struct {
 
 	runID     string
 	closeOnce sync.Once
+	// realNodes says the run starts kubelets (cgroups, kernel tunables).
+	realNodes bool
 
 	programsMu sync.Mutex
 	programs   []*process
@@ -104,6 +115,22 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	var nodeBins nodeBinaries
+	var pause Image
+	if opts.RealNodes {
+		if opts.Nodes <= 0 {
+			opts.Nodes = 1
+		}
+		if !slices.Equal(opts.IPFamilies, IPv4Only) || len(opts.MemberIPFamilies) > 0 {
+			return nil, fmt.Errorf("real nodes are IPv4-only; asked for %v %v", opts.IPFamilies, opts.MemberIPFamilies)
+		}
+		if nodeBins, err = findNodeBinaries(); err != nil {
+			return nil, err
+		}
+		if pause, err = pauseImage(ctx); err != nil {
+			return nil, fmt.Errorf("building the pause image: %w", err)
+		}
+	}
 	ca, err := newAuthority()
 	if err != nil {
 		return nil, err
@@ -116,6 +143,18 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if cs.Network, err = newNetwork(runID); err != nil {
 		cs.Close()
 		return nil, err
+	}
+	var gw *gateway
+	if opts.RealNodes {
+		if gw, err = cs.Network.openGateway(filepath.Join(cs.Dir, "egress.sock")); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		if err := saveKernelTunables(cs.Dir); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		cs.realNodes = true
 	}
 	for i := 0; i <= opts.Clusters; i++ {
 		name := fmt.Sprintf("cluster%d", i)
@@ -137,6 +176,9 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			ca:         ca,
 			bins:       bins,
 			network:    cs.Network,
+			gateway:    gw,
+			real:       opts.RealNodes && i > 0,
+			nodeBins:   nodeBins,
 		}
 		for _, f := range families {
 			if f == corev1.IPv6Protocol {
@@ -171,11 +213,69 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			return nil, err
 		}
 	}
+	if opts.RealNodes {
+		if err := cs.startRealNodes(ctx, opts.Nodes, pause); err != nil {
+			cs.Close()
+			return nil, err
+		}
+	}
 	if err := cs.writeEnv(); err != nil {
 		cs.Close()
 		return nil, err
 	}
 	return cs, nil
+}
+
+// startRealNodes gives every member n real nodes, started together.
+func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause Image) error {
+	var nodes []*RealNode
+	for _, c := range cs.Members {
+		for range n {
+			node, err := c.newRealNode(cs.runID)
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, node)
+		}
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := node.start(ctx, pause); err != nil {
+				errs[i] = fmt.Errorf("starting node %s: %w", node.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// RealNodes are the real nodes of every member, cluster by cluster.
+func (cs *ClusterSet) RealNodes() []*RealNode {
+	var out []*RealNode
+	for _, c := range cs.Members {
+		out = append(out, c.realNodes...)
+	}
+	return out
+}
+
+// ImportImage imports an image into every real node's containerd.
+func (cs *ClusterSet) ImportImage(ctx context.Context, img Image) error {
+	nodes := cs.RealNodes()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.ImportImage(ctx, img)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // writeEnv writes <Dir>/env, shell exports of every cluster's kubeconfig,
@@ -197,10 +297,27 @@ func (cs *ClusterSet) Close() {
 			p.stop()
 		}
 		cs.programsMu.Unlock()
+		// Real nodes next: their pods and daemons go with their cgroups.
+		var wg sync.WaitGroup
+		for _, n := range cs.RealNodes() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := n.stop(); err != nil {
+					klog.ErrorS(err, "Stopping a real node", "node", n.Name)
+				}
+			}()
+		}
+		wg.Wait()
+		if cs.realNodes {
+			if _, err := killCgroup(runCgroup(cs.runID)); err != nil {
+				klog.ErrorS(err, "Removing the cgroups of the run")
+			}
+			removeCgroupGroup()
+		}
 		if cs.Network != nil {
 			cs.Network.close()
 		}
-		var wg sync.WaitGroup
 		for _, c := range cs.All() {
 			if c == nil {
 				continue
@@ -212,6 +329,11 @@ func (cs *ClusterSet) Close() {
 			}()
 		}
 		wg.Wait()
+		if cs.realNodes {
+			if _, err := restoreKernelTunables(cs.runID); err != nil {
+				klog.ErrorS(err, "Restoring the kernel tunables kubelets change")
+			}
+		}
 		if os.Getenv("MCSD_HARNESS_KEEP") == "" {
 			_ = os.RemoveAll(cs.Dir)
 		}
