@@ -107,6 +107,17 @@ func findNodeBinaries() (nodeBinaries, error) {
 	return b, nil
 }
 
+// KubernetesTool returns the path of a command of k8s.io/kubernetes at the
+// harness's version (kubectl, say), building it on first use into the
+// version-keyed cache.
+func KubernetesTool(name string) (string, error) {
+	dir, err := buildTools("test/tools/build.sh", "k8s", name)
+	if err != nil {
+		return "", fmt.Errorf("building %s: %w", name, err)
+	}
+	return filepath.Join(dir, name), nil
+}
+
 // buildTools runs one of the pinned-tool build scripts with the cache
 // directory sub of $MCSD_CACHE (default .cache in the repository) and the
 // given components, and returns the directory it prints.

@@ -263,21 +263,11 @@ func kubectl(t *testing.T) string {
 	if path, err := exec.LookPath("kubectl"); err == nil {
 		return filepath.Dir(path)
 	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		abs, err := filepath.Abs(filepath.Join(repoRoot, ".cache"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = abs
-	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot, "test/tools/build.sh"), filepath.Join(cache, "k8s"), "kubectl")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	path, err := harness.KubernetesTool("kubectl")
 	if err != nil {
 		t.Fatalf("no kubectl on PATH, and building one failed: %v", err)
 	}
-	return strings.TrimSpace(string(out))
+	return filepath.Dir(path)
 }
 
 func daemonSet(t *testing.T) *appsv1.DaemonSet {

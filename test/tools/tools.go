@@ -5,7 +5,8 @@
 // kube-apiserver and kube-controller-manager run in every harness cluster;
 // kubelet, kube-scheduler and kube-proxy run on the harness's real nodes
 // (test/harness RealNodes), and kube-proxy is also the baseline the proxier
-// is measured against (make bench-proxier).
+// is measured against (make bench-proxier). kubectl is what tests run the
+// operator's commands with on a machine that has none.
 package tools
 
 import (
@@ -13,5 +14,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
