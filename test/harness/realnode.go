@@ -334,3 +334,50 @@ func (n *RealNode) stop() error {
 	}
 	return err
 }
+
+// PodNS returns the network namespace of a pod running on the node, found
+// through the pod's cgroup (the kubelet's pod<uid> under the node's cgroup
+// root): any process of the pod is in it. Tests run DNS queries and
+// connections inside it as the pod's own containers would.
+func (n *RealNode) PodNS(pod *corev1.Pod) (*netns.NS, error) {
+	if pod.Spec.NodeName != n.Name {
+		return nil, fmt.Errorf("pod %s/%s runs on %q, not %s", pod.Namespace, pod.Name, pod.Spec.NodeName, n.Name)
+	}
+	if pod.Spec.HostNetwork {
+		return n.NS, nil
+	}
+	want := "pod" + string(pod.UID)
+	var found string
+	root := filepath.Join(cgroupBase, trackHierarchy, n.cgroup, "pods")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || found != "" || !d.IsDir() {
+			return nil
+		}
+		if filepath.Base(filepath.Dir(path)) != want {
+			return nil
+		}
+		pids, _ := cgroupPids(path)
+		if len(pids) > 0 {
+			found = "/proc/" + strconv.Itoa(pids[0]) + "/ns/net"
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == "" {
+		return nil, fmt.Errorf("no process of pod %s/%s (uid %s) runs on %s", pod.Namespace, pod.Name, pod.UID, n.Name)
+	}
+	return netns.At(found), nil
+}
+
+// RealNode returns the cluster's real node of that name.
+func (c *Cluster) RealNode(name string) (*RealNode, error) {
+	for _, n := range c.realNodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no real node %q", c.Name, name)
+}
