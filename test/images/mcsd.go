@@ -91,6 +91,7 @@ func pruneStale(keep string) {
 		}
 		if fi, err := os.Stat(m); err == nil && now.Sub(fi.ModTime()) > staleAfter {
 			_ = os.Remove(m)
+			_ = os.Remove(m + ".lock")
 		}
 	}
 }
