@@ -18,16 +18,18 @@ import (
 // not exist yet. build writes its output to tmp (a path next to the entry,
 // absent when build starts: build creates a file or a directory there), which
 // becomes the entry only when build succeeds, so an interrupted build never
-// leaves a half-written entry. An exclusive lock on dir/.lock is held while
-// checking and building: a second caller, in this process or another, waits
-// and then finds the entry built.
+// leaves a half-written entry. An exclusive lock on the entry's lock file
+// (dir/name.lock) is held while checking and building: a second caller of
+// the same entry, in this process or another, waits and then finds it built;
+// callers of other entries do not wait.
 func Get(dir, name string, build func(tmp string) error) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating the build cache %s: %w", dir, err)
+	entry := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
+		return "", fmt.Errorf("creating the build cache %s: %w", filepath.Dir(entry), err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(entry+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return "", fmt.Errorf("opening the lock of build cache %s: %w", dir, err)
+		return "", fmt.Errorf("opening the lock of build cache entry %s: %w", entry, err)
 	}
 	defer lock.Close()
 	// flock locks belong to the open file, so goroutines of one process
@@ -39,10 +41,9 @@ func Get(dir, name string, build func(tmp string) error) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("locking build cache %s: %w", dir, err)
+		return "", fmt.Errorf("locking build cache entry %s: %w", entry, err)
 	}
 
-	entry := filepath.Join(dir, name)
 	if _, err := os.Lstat(entry); err == nil {
 		return entry, nil
 	} else if !os.IsNotExist(err) {
@@ -52,9 +53,6 @@ func Get(dir, name string, build func(tmp string) error) (string, error) {
 	// What a killed build left behind.
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", fmt.Errorf("removing the unfinished build %s: %w", tmp, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", filepath.Dir(entry), err)
 	}
 	if err := build(tmp); err != nil {
 		_ = os.RemoveAll(tmp)

@@ -66,6 +66,29 @@ func TestGet(t *testing.T) {
 		}
 	})
 
+	t.Run("a build does not hold up another entry", func(t *testing.T) {
+		dir := t.TempDir()
+		release := make(chan struct{})
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := Get(dir, "slow", func(tmp string) error {
+				close(started)
+				<-release
+				return os.WriteFile(tmp, nil, 0o644)
+			})
+			done <- err
+		}()
+		<-started
+		if _, err := Get(dir, "fast", func(tmp string) error { return os.WriteFile(tmp, nil, 0o644) }); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("an existing entry is returned without building", func(t *testing.T) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "entry"), nil, 0o644); err != nil {

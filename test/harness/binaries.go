@@ -1,35 +1,14 @@
 package harness
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/mcsd-io/mcsd/test/repo"
 )
-
-const modulePath = "github.com/mcsd-io/mcsd"
-
-// repoRoot finds the module root from the working directory, which is a
-// package directory under go test and anywhere inside the tree for the CLI.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(data, []byte("module "+modulePath+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("not inside the %s module; run from the repository", modulePath)
-		}
-		dir = parent
-	}
-}
 
 // binaries are the programs a cluster runs.
 type binaries struct {
@@ -122,13 +101,13 @@ func KubernetesTool(name string) (string, error) {
 // directory sub of $MCSD_CACHE (default .cache in the repository) and the
 // given components, and returns the directory it prints.
 func buildTools(script, sub string, components ...string) (string, error) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		cache = filepath.Join(root, ".cache")
+	cache, err := repo.Cache()
+	if err != nil {
+		return "", err
 	}
 	cmd := exec.Command("bash", append([]string{filepath.Join(root, script), filepath.Join(cache, sub)}, components...)...)
 	cmd.Stderr = os.Stderr

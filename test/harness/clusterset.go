@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/test/images"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
@@ -116,7 +117,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		return nil, err
 	}
 	var nodeBins nodeBinaries
-	var pause Image
+	var pause images.Image
 	if opts.RealNodes {
 		if opts.Nodes <= 0 {
 			opts.Nodes = 1
@@ -127,7 +128,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		if nodeBins, err = findNodeBinaries(); err != nil {
 			return nil, err
 		}
-		if pause, err = pauseImage(ctx); err != nil {
+		if pause, err = images.Pause(ctx); err != nil {
 			return nil, fmt.Errorf("building the pause image: %w", err)
 		}
 	}
@@ -227,7 +228,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 }
 
 // startRealNodes gives every member n real nodes, started together.
-func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause Image) error {
+func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause images.Image) error {
 	var nodes []*RealNode
 	for _, c := range cs.Members {
 		for range n {
@@ -263,7 +264,7 @@ func (cs *ClusterSet) RealNodes() []*RealNode {
 }
 
 // ImportImage imports an image into every real node's containerd.
-func (cs *ClusterSet) ImportImage(ctx context.Context, img Image) error {
+func (cs *ClusterSet) ImportImage(ctx context.Context, img images.Image) error {
 	nodes := cs.RealNodes()
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/mcsd-io/mcsd/test/images"
 	"github.com/mcsd-io/mcsd/test/netns"
 )
 
@@ -106,7 +107,7 @@ func (c *Cluster) newRealNode(runID string) (*RealNode, error) {
 // start starts the node: its mount namespace and cgroups, containerd with
 // the pause image, its kubelet (and waits for it to report the node Ready)
 // and kube-proxy.
-func (n *RealNode) start(ctx context.Context, pause Image) error {
+func (n *RealNode) start(ctx context.Context, pause images.Image) error {
 	for _, m := range nodeMounts {
 		if err := os.MkdirAll(filepath.Join(n.Dir, m.source), 0o755); err != nil {
 			return err
@@ -248,13 +249,9 @@ func (n *RealNode) ctr(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Image is a container image as a tarball that `ctr images import` takes,
-// and the reference it is tagged with inside.
-type Image struct{ Ref, Path string }
-
 // ImportImage imports an image into the node's containerd, where the
 // kubelet finds it under its reference (no registry is ever asked).
-func (n *RealNode) ImportImage(ctx context.Context, img Image) error {
+func (n *RealNode) ImportImage(ctx context.Context, img images.Image) error {
 	if _, err := n.ctr(ctx, "images", "import", "--platform", "linux/amd64", img.Path); err != nil {
 		return fmt.Errorf("importing %s (%s): %w", img.Ref, img.Path, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"text/template"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsd-io/mcsd/test/images"
 )
 
 // writeConfig writes what the node's programs read: certificates and
@@ -16,7 +18,7 @@ import (
 // system:kube-proxy, both reaching the API server through the gateway),
 // containerd's configuration with the pause image as its sandbox image,
 // the CNI network, the kubelet's and kube-proxy's configurations.
-func (n *RealNode) writeConfig(pause Image) error {
+func (n *RealNode) writeConfig(pause images.Image) error {
 	c := n.Cluster
 	pki := filepath.Join(n.Dir, "pki")
 	if err := os.MkdirAll(pki, 0o700); err != nil {
