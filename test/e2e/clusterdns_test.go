@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/manifests"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/images"
@@ -51,14 +52,13 @@ func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member, no
 		t.Fatal(err)
 	}
 	relay := startDNSRelay(t, node.NS, d.DNS.String())
-	snippet, err := coreDNSSnippet()
+	snippet, err := manifests.CoreDNSServerBlock(relay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The cluster DNS binds loopback only; the snippet's block must share
 	// its listener.
 	snippet = strings.Replace(snippet, "{\n", "{\n    bind 127.0.0.1\n", 1)
-	snippet = strings.ReplaceAll(snippet, "MCSD_DNS_CLUSTER_IP", relay)
 	dir := filepath.Join(cs.Dir, "clusterdns-"+m.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -107,28 +107,6 @@ func (c *clusterDNS) queryOver(network, name string, qtype uint16) (*dns.Msg, er
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	resp, _, err := (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, c.addr)
 	return resp, err
-}
-
-// coreDNSSnippet is the server block of manifests/mcsd/coredns-snippet.yaml.
-func coreDNSSnippet() (string, error) {
-	b, err := os.ReadFile("../../manifests/mcsd/coredns-snippet.yaml")
-	if err != nil {
-		return "", err
-	}
-	// The literal block of data.clusterset.server, indented by four.
-	_, rest, ok := strings.Cut(string(b), "\n  clusterset.server: |\n")
-	if !ok {
-		return "", fmt.Errorf("coredns-snippet.yaml has no clusterset.server")
-	}
-	var block strings.Builder
-	for _, line := range strings.Split(rest, "\n") {
-		l, ok := strings.CutPrefix(line, "    ")
-		if !ok && line != "" {
-			break
-		}
-		block.WriteString(l + "\n")
-	}
-	return strings.TrimSpace(block.String()) + "\n", nil
 }
 
 // startDNSRelay relays DNS over UDP and TCP from a loopback port of the

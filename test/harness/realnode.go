@@ -108,6 +108,13 @@ func (c *Cluster) newRealNode(runID string) (*RealNode, error) {
 // the pause image, its kubelet (and waits for it to report the node Ready)
 // and kube-proxy.
 func (n *RealNode) start(ctx context.Context, pause images.Image) error {
+	// A machine has a default route; without one, a connection from the
+	// node (a hostNetwork pod) to a Service's ClusterIP fails before
+	// kube-proxy's DNAT sees it. The gateway forwards nothing, so traffic
+	// to anywhere else ends there.
+	if _, err := n.NS.IP("route", "add", "default", "via", GatewayIP.String(), "dev", "uplink"); err != nil {
+		return err
+	}
 	for _, m := range nodeMounts {
 		if err := os.MkdirAll(filepath.Join(n.Dir, m.source), 0o755); err != nil {
 			return err
@@ -332,41 +339,51 @@ func (n *RealNode) stop() error {
 	return err
 }
 
-// PodNS returns the network namespace of a pod running on the node, found
-// through the pod's cgroup (the kubelet's pod<uid> under the node's cgroup
-// root): any process of the pod is in it. Tests run DNS queries and
-// connections inside it as the pod's own containers would.
-func (n *RealNode) PodNS(pod *corev1.Pod) (*netns.NS, error) {
+// PodPID returns a process of a pod running on the node (its sandbox's or a
+// container's), found through the pod's cgroup (the kubelet's pod<uid>
+// under the node's cgroup root). Its /proc entry shows the pod's network
+// namespace (ns/net) and its files (root/): tests query DNS and connect
+// from inside the pod as its containers would.
+func (n *RealNode) PodPID(pod *corev1.Pod) (int, error) {
 	if pod.Spec.NodeName != n.Name {
-		return nil, fmt.Errorf("pod %s/%s runs on %q, not %s", pod.Namespace, pod.Name, pod.Spec.NodeName, n.Name)
-	}
-	if pod.Spec.HostNetwork {
-		return n.NS, nil
+		return 0, fmt.Errorf("pod %s/%s runs on %q, not %s", pod.Namespace, pod.Name, pod.Spec.NodeName, n.Name)
 	}
 	want := "pod" + string(pod.UID)
-	var found string
+	found := 0
 	root := filepath.Join(cgroupBase, trackHierarchy, n.cgroup, "pods")
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || found != "" || !d.IsDir() {
+		if err != nil || found != 0 || !d.IsDir() {
 			return nil
 		}
 		if filepath.Base(filepath.Dir(path)) != want {
 			return nil
 		}
-		pids, _ := cgroupPids(path)
-		if len(pids) > 0 {
-			found = "/proc/" + strconv.Itoa(pids[0]) + "/ns/net"
+		if pids, _ := cgroupPids(path); len(pids) > 0 {
+			found = pids[0]
 			return filepath.SkipAll
 		}
 		return nil
 	})
 	if err != nil {
+		return 0, err
+	}
+	if found == 0 {
+		return 0, fmt.Errorf("no process of pod %s/%s (uid %s) runs on %s", pod.Namespace, pod.Name, pod.UID, n.Name)
+	}
+	return found, nil
+}
+
+// PodNS returns the network namespace of a pod running on the node: the
+// node's own for a hostNetwork pod.
+func (n *RealNode) PodNS(pod *corev1.Pod) (*netns.NS, error) {
+	if pod.Spec.HostNetwork {
+		return n.NS, nil
+	}
+	pid, err := n.PodPID(pod)
+	if err != nil {
 		return nil, err
 	}
-	if found == "" {
-		return nil, fmt.Errorf("no process of pod %s/%s (uid %s) runs on %s", pod.Namespace, pod.Name, pod.UID, n.Name)
-	}
-	return netns.At(found), nil
+	return netns.At("/proc/" + strconv.Itoa(pid) + "/ns/net"), nil
 }
 
 // RealNode returns the cluster's real node of that name.
