@@ -395,3 +395,32 @@ func (c *Cluster) RealNode(name string) (*RealNode, error) {
 	}
 	return nil, fmt.Errorf("%s has no real node %q", c.Name, name)
 }
+
+// ContainerPIDs returns the processes of one container of a pod on the
+// node, by its container ID (containerd://<id> in the pod's status).
+func (n *RealNode) ContainerPIDs(pod *corev1.Pod, containerID string) ([]int, error) {
+	_, id, ok := strings.Cut(containerID, "://")
+	if !ok || id == "" {
+		return nil, fmt.Errorf("container ID %q is not <runtime>://<id>", containerID)
+	}
+	want := "pod" + string(pod.UID)
+	var pids []int
+	root := filepath.Join(cgroupBase, trackHierarchy, n.cgroup, "pods")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || filepath.Base(path) != id || filepath.Base(filepath.Dir(path)) != want {
+			return nil
+		}
+		pids, err = cgroupPids(path)
+		if err != nil {
+			return err
+		}
+		return filepath.SkipAll
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("no process of container %s of pod %s/%s runs on %s", id, pod.Namespace, pod.Name, n.Name)
+	}
+	return pids, nil
+}
