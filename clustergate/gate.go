@@ -49,6 +49,9 @@ type Config struct {
 	// Downstream is told what may be handed out; nil when this node
 	// serves no DNS (its report still counts for the others).
 	Downstream Observer
+	// Imports is the informer of the local cluster's ServiceImports that
+	// the proxier is fed from; the gate adds its handler to it.
+	Imports cache.SharedIndexInformer
 	// RenewInterval is how often an unchanged report is written again,
 	// to say the node is alive; PeerTTL is how long a node's report counts
 	// after the last change or renewal this node saw of it.
@@ -70,6 +73,9 @@ type Gate struct {
 	cfg     Config
 	leases  informers.SharedInformerFactory
 	publish chan struct{}
+	// importsSynced says the gate has seen every ServiceImport of the
+	// informer's initial list.
+	importsSynced func() bool
 
 	// evalMu orders evaluations, so that Downstream hears of each change
 	// once and in order.
@@ -114,12 +120,11 @@ type peer struct {
 	seen    time.Time
 }
 
-// New returns a gate; Run starts it. Hand its ImportHandler to the
-// ServiceImport informer the data plane uses, and the gate itself to the
-// proxier as its VIPObserver.
+// New returns a gate; Run starts it. Hand the gate to the proxier as its
+// VIPObserver.
 func New(cfg Config) (*Gate, error) {
-	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" {
-		return nil, fmt.Errorf("clustergate: a client, a namespace and the node's name are required")
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Imports == nil {
+		return nil, fmt.Errorf("clustergate: a client, a namespace, the node's name and the ServiceImport informer are required")
 	}
 	if cfg.RenewInterval <= 0 {
 		cfg.RenewInterval = DefaultRenewInterval
@@ -163,6 +168,15 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
+	reg, err := cfg.Imports.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { g.setImport(obj) },
+		UpdateFunc: func(_, obj any) { g.setImport(obj) },
+		DeleteFunc: g.deleteImport,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.importsSynced = reg.HasSynced
 	return g, nil
 }
 
@@ -190,16 +204,6 @@ func (g *Gate) VIPsProgrammed(family corev1.IPFamily, added, removed []netip.Add
 	g.reported[family == corev1.IPv4Protocol] = true
 	g.mu.Unlock()
 	g.changed()
-}
-
-// ImportHandler keeps the gate's view of the ServiceImports: add it to the
-// informer the data plane's other parts use.
-func (g *Gate) ImportHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { g.setImport(obj) },
-		UpdateFunc: func(_, obj any) { g.setImport(obj) },
-		DeleteFunc: g.deleteImport,
-	}
 }
 
 func (g *Gate) setImport(obj any) {
@@ -328,6 +332,13 @@ func (g *Gate) evaluate() {
 	defer g.evalMu.Unlock()
 	type delta struct{ added, removed []netip.Addr }
 	out := map[bool]*delta{}
+	// Until the gate has seen every ServiceImport the proxier may already
+	// carry, Downstream hears nothing: a DNS index told of a family is
+	// ready, and would answer NXDOMAIN for what the gate cannot release
+	// yet (the proxier's handler and the gate's run apart).
+	if !g.importsSynced() {
+		return
+	}
 	g.mu.Lock()
 	if !g.peersSynced {
 		g.mu.Unlock()
@@ -458,7 +469,7 @@ func (g *Gate) ready() bool {
 // ends. Downstream hears nothing before the reports are listed.
 func (g *Gate) Run(ctx context.Context) {
 	g.leases.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), g.leases.Coordination().V1().Leases().Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), g.leases.Coordination().V1().Leases().Informer().HasSynced, g.importsSynced) {
 		return
 	}
 	g.mu.Lock()

@@ -12,11 +12,14 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 )
 
 const ns = "mcsd-system"
@@ -49,29 +52,51 @@ func (d *dnsIndex) hands(a netip.Addr) bool {
 type world struct {
 	t      *testing.T
 	ctx    context.Context
-	client *fake.Clientset
-	clock  *clocktesting.FakeClock
+	client  *fake.Clientset
+	imports *mcsfake.Clientset
+	clock   *clocktesting.FakeClock
 	gate   *Gate
 	dns    *dnsIndex
 }
 
 func start(t *testing.T) *world {
 	t.Helper()
+	w, factory := newWorld(t)
+	factory.Start(w.ctx.Done())
+	return w
+}
+
+// newWorld runs a gate whose ServiceImport informer the caller starts.
+func newWorld(t *testing.T, objects ...runtime.Object) (*world, mcsinformers.SharedInformerFactory) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w := &world{t: t, ctx: ctx, client: fake.NewClientset(), clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), dns: &dnsIndex{handed: map[netip.Addr]bool{}}}
-	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Clock: w.clock})
+	w.imports = mcsfake.NewSimpleClientset(objects...)
+	factory := mcsinformers.NewSharedInformerFactory(w.imports, 0)
+	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Clock: w.clock,
+		Imports: factory.Multicluster().V1beta1().ServiceImports().Informer()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.gate = g
 	go g.Run(ctx)
-	return w
+	return w, factory
 }
 
+// importOf makes a ServiceImport as the API server would store it at
+// resourceVersion rv, and waits until the gate has seen it.
 func (w *world) importOf(name, rv string, ips ...string) {
+	w.t.Helper()
 	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, ResourceVersion: rv}, Spec: mcsv1beta1.ServiceImportSpec{IPs: ips}}
-	w.gate.ImportHandler().OnAdd(si, false)
+	if _, err := w.imports.MulticlusterV1beta1().ServiceImports("shop").Create(w.ctx, si, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.await("the gate sees ServiceImport "+name, func() bool {
+		w.gate.mu.Lock()
+		defer w.gate.mu.Unlock()
+		return w.gate.imports["shop/"+name].rv == rv
+	})
 }
 
 // peer writes another node's report, as its gate would.
@@ -219,5 +244,29 @@ func TestOnlyGatedFamiliesAreHeldBack(t *testing.T) {
 	w.importOf("web", "10", v6.String())
 	if r := w.gate.Report(); len(r.Pending) != 0 {
 		t.Fatalf("an IPv6 ClusterSetIP is pending on an IPv4-only node: %+v", r)
+	}
+}
+
+// The proxier and the gate see ServiceImports through separate handlers: at
+// start, the proxier may report a ClusterSetIP carried before the gate has
+// seen its ServiceImport. DNS must not be told anything then (it would turn
+// ready and answer NXDOMAIN for the name).
+func TestDNSHearsNothingBeforeTheGateHasSeenEveryServiceImport(t *testing.T) {
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", ResourceVersion: "10"}, Spec: mcsv1beta1.ServiceImportSpec{IPs: []string{vip.String()}}}
+	w, factory := newWorld(t, si)
+	carried(w, vip.String())
+	w.gate.evaluate()
+	w.dns.mu.Lock()
+	reports := w.dns.reports
+	w.dns.mu.Unlock()
+	if reports != 0 {
+		t.Fatalf("DNS was told %d times before the gate listed the ServiceImports", reports)
+	}
+	factory.Start(w.ctx.Done())
+	w.await("handed out once the gate has seen its ServiceImport", func() bool { return w.dns.hands(vip) })
+	w.dns.mu.Lock()
+	defer w.dns.mu.Unlock()
+	if w.dns.reports != 1 {
+		t.Fatalf("DNS was told %d times, want once: its first report must already hand the name out", w.dns.reports)
 	}
 }

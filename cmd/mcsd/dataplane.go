@@ -97,11 +97,8 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 		if o.dnsGate == gateCluster {
 			// ... and every other node's: the cluster DNS may have asked
 			// this node for a client on another.
-			gate, err := newGate(o, local, dp.dnsIndex)
+			gate, err := newGate(o, local, dp.imports.Multicluster().V1beta1().ServiceImports().Informer(), dp.dnsIndex)
 			if err != nil {
-				return nil, err
-			}
-			if _, err := dp.imports.Multicluster().V1beta1().ServiceImports().Informer().AddEventHandler(gate.ImportHandler()); err != nil {
 				return nil, err
 			}
 			dp.gate, observer = gate, gate
@@ -118,7 +115,7 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 // newGate returns the gate between this node's proxier and its DNS index
 // (nil when the node serves no DNS: its report still counts), with a
 // client of its own.
-func newGate(o *options, local *clients, index *dns.Index) (*clustergate.Gate, error) {
+func newGate(o *options, local *clients, imports cache.SharedIndexInformer, index *dns.Index) (*clustergate.Gate, error) {
 	c, err := newClients(local.config, o.clientQPS, o.clientBurst)
 	if err != nil {
 		return nil, err
@@ -128,6 +125,7 @@ func newGate(o *options, local *clients, index *dns.Index) (*clustergate.Gate, e
 		Namespace: o.leaderElectNS,
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
+		Imports:   imports,
 		Logger:    klog.Background().WithName("clustergate"),
 	}
 	if index != nil {

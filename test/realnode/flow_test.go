@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -191,21 +191,19 @@ func (p *dnsPoller) close() (int, []error) {
 	return p.queries, p.failures
 }
 
-// leaderNode is the node whose mcsd holds a member's leader-election Lease
-// (its identity is <node>_<pid>).
-func leaderNode(ctx context.Context, m *member) (string, string, error) {
+// leader says who holds a member's leader-election Lease: its node (the
+// identity is <node>_<unique id>) and since when.
+func leader(ctx context.Context, m *member) (node string, acquired time.Time, err error) {
 	l, err := m.Kube.CoordinationV1().Leases(mcsdNamespace).Get(ctx, "mcsd-controllers", metav1.GetOptions{})
 	if err != nil {
-		return "", "", err
+		return "", time.Time{}, err
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return "", "", apierrors.NewNotFound(l.GroupVersionKind().GroupVersion().WithResource("leases").GroupResource(), "holder")
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.AcquireTime == nil {
+		return "", time.Time{}, fmt.Errorf("the Lease %s/%s has no holder", mcsdNamespace, l.Name)
 	}
 	id := *l.Spec.HolderIdentity
-	for i := len(id) - 1; i >= 0; i-- {
-		if id[i] == '_' {
-			return id[:i], id, nil
-		}
+	if i := strings.LastIndex(id, "_"); i > 0 {
+		id = id[:i]
 	}
-	return id, id, nil
+	return id, l.Spec.AcquireTime.Time, nil
 }
