@@ -30,24 +30,36 @@ func (w *world) exportedEcho(ctx context.Context, t *testing.T, ns, name string)
 	return w.awaitResolved(ctx, t, ns, name)
 }
 
+// snippetCache is how long the shipped snippet's `cache 5` lets a CoreDNS
+// replica keep an answer, a negative one too: after a name first resolves,
+// another replica may still answer NXDOMAIN from its cache for that long.
+const snippetCache = 5 * time.Second
+
 // awaitResolved waits until every client of cluster1 resolves a clusterset
-// name through its cluster DNS, and returns the address.
+// name through its cluster DNS, and has for longer than the cluster DNS
+// caches answers (every replica has it then), and returns the address.
 func (w *world) awaitResolved(ctx context.Context, t *testing.T, ns, name string) netip.Addr {
 	t.Helper()
 	var vip netip.Addr
-	for _, c := range w.members[0].clients {
-		var last error
-		err := wait.PollUntilContextTimeout(ctx, pollEvery, 2*time.Minute, true, func(context.Context) (bool, error) {
+	var since time.Time
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, pollEvery, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for _, c := range w.members[0].clients {
 			a, ok, err := viaClusterDNS(c).lookup(fqdn(ns, name))
-			last = err
-			if ok {
-				vip = a
+			if err != nil || !ok || (vip.IsValid() && a != vip) {
+				last = fmt.Errorf("%s: %v %v %v", c, a, ok, err)
+				since = time.Time{}
+				return false, nil
 			}
-			return ok, nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %s never resolved (last: %v): %v", c, fqdn(ns, name), last, err)
+			vip = a
 		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) > snippetCache, nil
+	})
+	if err != nil {
+		t.Fatalf("%s did not resolve steadily through the cluster DNS of %s (last: %v): %v", fqdn(ns, name), w.members[0].Name, last, err)
 	}
 	return vip
 }
