@@ -48,6 +48,10 @@ type Cluster struct {
 	PodCIDRs []netip.Prefix
 	// KubeconfigPath is an admin kubeconfig for this cluster.
 	KubeconfigPath string
+	// GatewayKubeconfigPath, in runs with real nodes, is the same admin
+	// kubeconfig with the API server's gateway address, for tools run in
+	// the run's Operator namespace.
+	GatewayKubeconfigPath string
 	// Config is the admin client configuration (group system:masters).
 	Config *rest.Config
 
@@ -385,6 +389,14 @@ func (c *Cluster) connect() error {
 	c.KubeconfigPath = filepath.Join(c.dir, "kubeconfig")
 	if err := c.WriteKubeconfig(c.KubeconfigPath, admin); err != nil {
 		return err
+	}
+	if c.gateway != nil {
+		c.GatewayKubeconfigPath = filepath.Join(c.dir, "kubeconfig-gateway")
+		viaGateway := rest.CopyConfig(admin)
+		viaGateway.Host = c.GatewayServer()
+		if err := c.WriteKubeconfig(c.GatewayKubeconfigPath, viaGateway); err != nil {
+			return err
+		}
 	}
 	if c.Kube, err = kubernetes.NewForConfig(admin); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/test/images"
+	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
@@ -54,6 +55,12 @@ type ClusterSet struct {
 	Broker  *Cluster
 	Members []*Cluster
 	Network *Network
+	// Operator, in runs with real nodes, is a network namespace on the
+	// fabric standing in for an operator's machine: from there each
+	// cluster's GatewayKubeconfigPath reaches its API server, and the
+	// broker is reached at the address members were given (the test's own
+	// network reaches neither).
+	Operator *netns.NS
 	// Dir holds logs, kubeconfigs and data of this run.
 	Dir string
 
@@ -148,6 +155,10 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	var gw *gateway
 	if opts.RealNodes {
 		if gw, err = cs.Network.openGateway(filepath.Join(cs.Dir, "egress.sock")); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		if cs.Operator, err = cs.Network.addOperator(); err != nil {
 			cs.Close()
 			return nil, err
 		}

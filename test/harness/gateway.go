@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/test/netns"
 )
 
 // The API servers listen on loopback only, and nothing of a run may be
@@ -50,6 +52,9 @@ type gateway struct {
 // real nodes are reached from nodes and pods, each on its own port.
 var GatewayIP = netip.AddrFrom4([4]byte{100, 64, 0, 254})
 
+// OperatorIP is the address of the run's operator namespace on the fabric.
+var OperatorIP = netip.AddrFrom4([4]byte{100, 64, 0, 253})
+
 // openGateway gives the fabric its address and routes to the pod subnets of
 // nodes made later (see routeToNode), and starts the CONNECT proxy.
 func (n *Network) openGateway(socket string) (*gateway, error) {
@@ -67,6 +72,32 @@ func (n *Network) openGateway(socket string) (*gateway, error) {
 	n.gateway = g
 	n.mu.Unlock()
 	return g, nil
+}
+
+// addOperator makes the operator namespace: a machine on the fabric with no
+// pods, from where an operator's tools reach every API server at the
+// gateway, as a cluster's nodes do.
+func (n *Network) addOperator() (*netns.NS, error) {
+	ns, err := netns.New(n.prefix + "operator")
+	if err != nil {
+		return nil, err
+	}
+	if err := netns.Veth(n.fabric, "operator", ns, "uplink"); err != nil {
+		_ = ns.Delete()
+		return nil, err
+	}
+	if _, err := n.fabric.IP("link", "set", "operator", "master", fabricBridge); err != nil {
+		_ = ns.Delete()
+		return nil, err
+	}
+	if _, err := ns.IP("addr", "add", OperatorIP.String()+"/24", "dev", "uplink"); err != nil {
+		_ = ns.Delete()
+		return nil, err
+	}
+	n.mu.Lock()
+	n.operator = ns
+	n.mu.Unlock()
+	return ns, nil
 }
 
 // routeToNode lets the fabric answer the pods of a node (their packets to

@@ -35,8 +35,9 @@ type Network struct {
 	mu    sync.Mutex
 	nodes []*Node
 	// gateway connects real nodes with the API servers (gateway.go); nil
-	// in runs without real nodes.
-	gateway *gateway
+	// in runs without real nodes, as is operator.
+	gateway  *gateway
+	operator *netns.NS
 }
 
 const (
@@ -77,6 +78,9 @@ func (n *Network) close() {
 		_ = node.NS.Delete()
 	}
 	n.nodes = nil
+	if n.operator != nil {
+		_ = n.operator.Delete()
+	}
 	_ = n.fabric.Delete()
 }
 

@@ -78,7 +78,7 @@ func (c *Cluster) APIServiceIP() string {
 // GatewayServer is the API server's URL as nodes and pods reach it (see
 // gateway.go); empty in runs without real nodes.
 func (c *Cluster) GatewayServer() string {
-	if !c.real && c.Index != 0 {
+	if c.gateway == nil {
 		return ""
 	}
 	return "https://" + net.JoinHostPort(GatewayIP.String(), strconv.Itoa(c.apiserverPort))

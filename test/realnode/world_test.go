@@ -40,8 +40,9 @@ type world struct {
 	// kubectlPath is the pinned kubectl; binDir holds kubectl-mcs, so
 	// `kubectl mcs` finds it on PATH.
 	kubectlPath, binDir string
-	// kubeconfig lists every cluster's kubeconfig; contexts are named
-	// after the clusters (broker, cluster1, cluster2).
+	// kubeconfig lists every cluster's kubeconfig as the operator's
+	// machine reaches it (the gateway); contexts are named after the
+	// clusters (broker, cluster1, cluster2).
 	kubeconfig string
 
 	// mcsd holds the two image tags of mcsd: the install's, and the one a
@@ -50,6 +51,9 @@ type world struct {
 	coredns, echo images.Image
 
 	members []*member
+	// uninstalled is set once TestUninstall has run: nothing is left to
+	// test.
+	uninstalled bool
 }
 
 // member is one member cluster as installed.
@@ -90,6 +94,9 @@ func setup(t *testing.T) *world {
 	if sharedErr != nil {
 		t.Fatalf("installing mcsd on real nodes: %v", sharedErr)
 	}
+	if shared.uninstalled {
+		t.Fatal("TestUninstall already removed mcsd: it must run last")
+	}
 	return shared
 }
 
@@ -129,7 +136,7 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 	t.Logf("figure: broker and 2 clusters of 2 real nodes each up, images and tools built, in %v (state in %s)", time.Since(began).Round(10*time.Millisecond), w.cs.Dir)
 	var paths []string
 	for _, c := range w.cs.All() {
-		paths = append(paths, c.KubeconfigPath)
+		paths = append(paths, c.GatewayKubeconfigPath)
 	}
 	w.kubeconfig = strings.Join(paths, string(os.PathListSeparator))
 	for _, c := range w.cs.Members {
@@ -201,10 +208,13 @@ func (w *world) buildTools(ctx context.Context) error {
 	return nil
 }
 
-// kubectl runs the pinned kubectl with every cluster's context and
-// kubectl-mcs on PATH, in dir (the repository when empty).
+// kubectl runs the pinned kubectl as an operator would, on a machine of the
+// clusters' network (the run's operator namespace: the broker address the
+// members were given is not reachable from the test's own network), with
+// every cluster's context and kubectl-mcs on PATH, in dir (the repository
+// when empty).
 func (w *world) kubectl(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, w.kubectlPath, args...)
+	cmd := w.cs.Operator.Command(ctx, w.kubectlPath, args...)
 	cmd.Dir = dir
 	if dir == "" {
 		cmd.Dir = w.root
