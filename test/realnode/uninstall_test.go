@@ -23,7 +23,7 @@ import (
 // manifests/broker. Afterwards no node has an nftables table or iptables
 // chain of mcsd, and no cluster has its CRDs or namespaces. It runs last:
 // nothing is installed after it.
-func TestUninstall(t *testing.T) {
+func testUninstall(t *testing.T) {
 	w := setup(t)
 	defer func() { w.uninstalled = true }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -9,8 +9,8 @@
 // CoreDNS Deployment carrying the shipped snippet.
 //
 // Every test shares one clusterset, started by the first test that runs and
-// torn down when the package's tests end; TestUninstall, last, removes what
-// the install put in.
+// torn down when the package's tests end; TestRealNodes runs them in order,
+// and its uninstall, last, removes what the install put in.
 package realnode
 
 import (
@@ -51,7 +51,7 @@ type world struct {
 	coredns, echo images.Image
 
 	members []*member
-	// uninstalled is set once TestUninstall has run: nothing is left to
+	// uninstalled is set once the uninstall has run: nothing is left to
 	// test.
 	uninstalled bool
 }
@@ -95,7 +95,7 @@ func setup(t *testing.T) *world {
 		t.Fatalf("installing mcsd on real nodes: %v", sharedErr)
 	}
 	if shared.uninstalled {
-		t.Fatal("TestUninstall already removed mcsd: it must run last")
+		t.Fatal("the uninstall already removed mcsd: it must run last")
 	}
 	return shared
 }
@@ -166,6 +166,9 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl apply -k", m.Name, time.Since(step).Round(10*time.Millisecond))
 	}
 	for _, m := range w.members {
+		if m.id, err = clusterID(ctx, m); err != nil {
+			return w, err
+		}
 		if err := w.installCoreDNS(ctx, m); err != nil {
 			return w, err
 		}
