@@ -722,6 +722,7 @@ func (e *Env) awaitOnly(f corev1.IPFamily, networks []string, port int, want []P
 					e.t.Fatalf("%s: %s: %s:%d over %s/%s never answered by %v within %v: %v", e.Member(i).ID, r, e.FQDN(), port, f, network, names, e.w.await, last)
 				}
 			}
+			e.settleName(r, f)
 			// The proxier applies what the importer writes a moment
 			// later: keep asking for HoldFor, not only n times, so that a
 			// backend that must not answer has the time to show.
@@ -749,6 +750,30 @@ func (e *Env) podName(p Pod) string {
 		}
 	}
 	return p.Name()
+}
+
+// settleName waits until the hello service's name has resolved for the
+// requester without a miss for the world's Settle.
+func (e *Env) settleName(r Requester, f corev1.IPFamily) {
+	e.t.Helper()
+	if e.w.settle <= 0 {
+		return
+	}
+	var since time.Time
+	var last error
+	err := wait.PollUntilContextTimeout(e.ctx, PollEvery, e.w.await, true, func(context.Context) (bool, error) {
+		if _, err := e.resolve(r, f); err != nil {
+			since, last = time.Time{}, err
+			return false, nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= e.w.settle, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: %s did not resolve steadily for %v within %v: %v", r, e.FQDN(), e.w.settle, e.w.await, last)
+	}
 }
 
 // noConnect checks that n connections from every requester of every

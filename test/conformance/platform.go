@@ -112,6 +112,9 @@ type World struct {
 	resolveVia Server
 	// await bounds what must happen.
 	await time.Duration
+	// settle is how long a name must have resolved before the specs hold
+	// its answers to every query.
+	settle time.Duration
 }
 
 // Options of NewWorld.
@@ -122,6 +125,13 @@ type Options struct {
 	// Await bounds every wait for what must happen (default the upstream
 	// suite's 20 s).
 	Await time.Duration
+	// Settle is how long a name must have resolved without a miss before
+	// the connectivity specs require every later answer to hold it: a
+	// cluster DNS of several caching replicas (CoreDNS with the snippet's
+	// `cache 5`) may still answer NXDOMAIN from a replica's cache that
+	// long after another replica first resolves the name. Zero when the
+	// requesters ask one server.
+	Settle time.Duration
 }
 
 // NewWorld returns the world of a platform.
@@ -129,7 +139,7 @@ func NewWorld(p Platform, o Options) *World {
 	if o.Await <= 0 {
 		o.Await = AwaitTimeout
 	}
-	return &World{p: p, members: p.Members(), families: p.Families(), resolveVia: o.ResolveVia, await: o.Await}
+	return &World{p: p, members: p.Members(), families: p.Families(), resolveVia: o.ResolveVia, await: o.Await, settle: o.Settle}
 }
 
 // Members are the world's member clusters.

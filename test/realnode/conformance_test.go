@@ -36,7 +36,7 @@ func testConformance(t *testing.T) {
 	began := time.Now()
 	// Real pods start in seconds, not at once as the harness's: every
 	// wait gets more room than the upstream 20 s.
-	world := conformance.NewWorld(platform{w}, conformance.Options{ResolveVia: conformance.ClusterDNS, Await: 2 * time.Minute})
+	world := conformance.NewWorld(platform{w}, conformance.Options{ResolveVia: conformance.ClusterDNS, Await: 2 * time.Minute, Settle: snippetCache})
 	conformance.Run(t, world, specs)
 	t.Logf("figure: %d conformance specs with traffic on real nodes in %v", len(specs), time.Since(began).Round(10*time.Millisecond))
 }
