@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/images"
 	"github.com/mcsd-io/mcsd/test/netns"
 )
 
@@ -205,23 +205,7 @@ func startDNSRelay(t *testing.T, ns *netns.NS, target string) string {
 
 // coreDNSBinary builds (once, cached by version) and returns the pinned
 // CoreDNS.
-func coreDNSBinary() (string, error) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return "", err
-	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		cache = filepath.Join(root, ".cache")
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "test/tools/coredns/build.sh"), filepath.Join(cache, "coredns"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building CoreDNS: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "coredns"), nil
-}
+func coreDNSBinary() (string, error) { return images.CoreDNSBinary(context.Background()) }
 
 // TestClusterDNS asks the cluster's own DNS, configured with the shipped
 // CoreDNS snippet, what only the snippet's reverse zones lead to mcsd: the
