@@ -139,8 +139,12 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		members[id] = member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
 	}
 	two, three := members["cluster2"], members["cluster3"]
-	records := func(m member) mcsRecords { return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id)) }
-	slices := func(m member) sliceClient { return m.kube.DiscoveryV1().EndpointSlices(record.MemberNamespace(ns, m.id)) }
+	records := func(m member) mcsRecords {
+		return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id))
+	}
+	slices := func(m member) sliceClient {
+		return m.kube.DiscoveryV1().EndpointSlices(record.MemberNamespace(ns, m.id))
+	}
 	create := metav1.CreateOptions{}
 
 	t.Run("a member's own writes, as the exporter makes them, pass", func(t *testing.T) {

@@ -98,11 +98,11 @@ type Controller struct {
 	rules        corelisters.ConfigMapLister
 	// memberNamespace is where this cluster writes on the broker.
 	memberNamespace string
-	exports      mcslisters.ServiceExportLister
-	services     corelisters.ServiceLister
-	slices       discoverylisters.EndpointSliceLister
-	records      mcslisters.ServiceImportLister
-	ownSlices    discoverylisters.EndpointSliceLister
+	exports         mcslisters.ServiceExportLister
+	services        corelisters.ServiceLister
+	slices          discoverylisters.EndpointSliceLister
+	records         mcslisters.ServiceImportLister
+	ownSlices       discoverylisters.EndpointSliceLister
 	// Indexes by service, so that one service's sync reads its own objects
 	// instead of scanning every object of the namespace or broker.
 	sliceIndex    cache.Indexer
