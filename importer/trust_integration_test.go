@@ -113,9 +113,13 @@ func (r *remote) export(x exported) {
 	if x.extraPort != 0 {
 		ex.Ports = append(ex.Ports, mcsv1beta1.ServicePort{Name: "extra", Protocol: corev1.ProtocolTCP, Port: x.extraPort})
 	}
+	own, err := fixture.CreateMemberNamespace(r.e.ctx, r.e.cs.Broker.Kube, r.id)
+	if err != nil {
+		r.e.t.Fatal(err)
+	}
 	obj := record.Encode(ex)
-	obj.Namespace = broker.DefaultNamespace
-	if _, err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Create(r.e.ctx, obj, metav1.CreateOptions{}); err != nil {
+	obj.Namespace = own
+	if _, err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(own).Create(r.e.ctx, obj, metav1.CreateOptions{}); err != nil {
 		r.e.t.Fatal(err)
 	}
 	slice := &discoveryv1.EndpointSlice{
@@ -135,7 +139,7 @@ func (r *remote) export(x exported) {
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "kube-system", Name: "coredns-0"},
 		})
 	}
-	if _, err := r.e.cs.Broker.Kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(r.e.ctx, slice, metav1.CreateOptions{}); err != nil {
+	if _, err := r.e.cs.Broker.Kube.DiscoveryV1().EndpointSlices(own).Create(r.e.ctx, slice, metav1.CreateOptions{}); err != nil {
 		r.e.t.Fatal(err)
 	}
 }
@@ -143,7 +147,7 @@ func (r *remote) export(x exported) {
 // unexport deletes the cluster's record of a service.
 func (r *remote) unexport(ns, name string) {
 	r.e.t.Helper()
-	err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(r.e.ctx, record.Name(r.id, ns, name), metav1.DeleteOptions{})
+	err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(broker.DefaultNamespace, r.id)).Delete(r.e.ctx, record.Name(r.id, ns, name), metav1.DeleteOptions{})
 	if err != nil {
 		r.e.t.Fatal(err)
 	}
@@ -360,7 +364,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 			flood.export(exported{ns: "app", name: fmt.Sprintf("flood-%d", i), vips: []string{fmt.Sprintf("243.5.0.%d", i+1)}})
 		}
 		// The oldest by the broker's creationTimestamp, then name, are kept.
-		list, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=flood"})
+		list, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=flood"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +410,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		e.liveness(home, minute, "saying old is gone", func(s liveness.State) bool { return s.Clusters["old"] == liveness.Gone })
 		e.endpointsBySource(home, "app", "ghost", minute, map[string][]string{})
 		// Dead by its own renewTime too, allowing for the clock skew.
-		lease, err := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName("old"), metav1.GetOptions{})
+		lease, err := cs.Broker.Kube.CoordinationV1().Leases(record.MemberNamespace(broker.DefaultNamespace, "old")).Get(ctx, record.LeaseName("old"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +487,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 // brokerRecords lists the broker's records of a service.
 func (e *env) brokerRecords(ns, name string) []mcsv1beta1.ServiceImport {
 	e.t.Helper()
-	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -512,7 +516,7 @@ func (e *env) afterStored(ns, name string) {
 // brokerServices is the number of services with records on the broker.
 func (e *env) brokerServices() int {
 	e.t.Helper()
-	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -288,15 +288,16 @@ func (r *run) identity(ctx context.Context) {
 	r.add(name, Pass, user, "")
 }
 
-// writes makes two dry-run writes as the member: its own Lease, which the
-// broker must let through, and a Lease under another cluster's name, which
-// the admission policy must refuse.
+// writes makes two dry-run writes as the member in its own namespace: its
+// own Lease, which the broker must let through, and a Lease under another
+// cluster's name, which the admission policy must refuse.
 func (r *run) writes(ctx context.Context) {
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	leases := r.brokerKube.CoordinationV1().Leases(r.namespace)
+	own := record.MemberNamespace(r.namespace, r.id)
+	leases := r.brokerKube.CoordinationV1().Leases(own)
 	lease := func(cluster string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName(cluster), Namespace: r.namespace, Labels: record.LeaseLabels(r.id)},
+			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName(cluster), Namespace: own, Labels: record.LeaseLabels(r.id)},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.id), LeaseDurationSeconds: ptr.To[int32](10)},
 		}
 	}
@@ -306,8 +307,8 @@ func (r *run) writes(ctx context.Context) {
 		// AlreadyExists comes from storage, after admission let it in.
 		r.add("writes own records", Pass, "a dry-run create of Lease "+record.LeaseName(r.id)+" is allowed", "")
 	case apierrors.IsForbidden(err):
-		r.add("writes own records", Fail, "a dry-run create of its own Lease "+record.LeaseName(r.id)+" is refused: "+err.Error(),
-			"the identity lacks its rights: join again (kubectl mcs join) to restore RoleBinding mcsd-member-"+r.id+", and check Role "+broker.MemberRole)
+		r.add("writes own records", Fail, "a dry-run create of its own Lease "+record.LeaseName(r.id)+" in "+own+" is refused: "+err.Error(),
+			"the identity lacks its rights, or its namespace: join again (kubectl mcs join) to restore namespace "+own+" and its RoleBinding "+broker.MemberWriterRole+", and check ClusterRole "+broker.MemberWriterRole)
 	default:
 		r.add("writes own records", Fail, "a dry-run create of its own Lease failed: "+err.Error(), "")
 	}
