@@ -85,15 +85,16 @@ func Install(ctx context.Context, config *rest.Config, settings Settings) error 
 	if err != nil {
 		return err
 	}
+	// The shared layout's quota of the broker namespace goes first, so
+	// that it holds back none of the writes below: members write nothing
+	// there now but their claims, whose names bound them.
+	if err := kube.CoreV1().ResourceQuotas(settings.Namespace).Delete(ctx, legacyQuotaName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the ResourceQuota %s/%s of the shared layout: %w", settings.Namespace, legacyQuotaName, err)
+	}
 	for _, obj := range objs {
 		if err := apply(ctx, kube, settings, obj); err != nil {
 			return err
 		}
-	}
-	// The shared layout's quota of the broker namespace: members write
-	// nothing there now but their claims, whose names bound them.
-	if err := kube.CoreV1().ResourceQuotas(settings.Namespace).Delete(ctx, legacyQuotaName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting the ResourceQuota %s/%s of the shared layout: %w", settings.Namespace, legacyQuotaName, err)
 	}
 	members, err := Members(ctx, kube, settings.Namespace)
 	if err != nil {

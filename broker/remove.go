@@ -55,7 +55,8 @@ func RemoveMember(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.
 	own := record.MemberNamespace(namespace, id)
 	err = kube.CoreV1().Namespaces().Delete(ctx, own, metav1.DeleteOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone, or being deleted already.
 	case err != nil:
 		return fmt.Errorf("deleting the namespace %s of %s: %w", own, id, err)
 	default:
