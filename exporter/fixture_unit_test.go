@@ -24,6 +24,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
@@ -140,6 +141,8 @@ func (f *fixture) add(objs ...runtime.Object) {
 			err = f.brokerMCS.Tracker().Add(o)
 		case *corev1.Service:
 			err = f.local.Tracker().Add(o)
+		case *corev1.ConfigMap:
+			err = f.broker.Tracker().Add(o)
 		case *discoveryv1.EndpointSlice:
 			if strings.HasPrefix(o.Namespace, testBrokerNS) {
 				err = f.broker.Tracker().Add(o)
@@ -184,6 +187,9 @@ func (f *fixture) settle() {
 	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
 	f.check(err)
 	f.replace(c.brokerClaims.Core().V1().ConfigMaps().Informer(), items(claims.Items))
+	rules, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelExportRule})
+	f.check(err)
+	f.replace(c.brokerRules.Core().V1().ConfigMaps().Informer(), items(rules.Items))
 
 	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
 	before := map[string]any{}

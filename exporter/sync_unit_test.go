@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
@@ -444,6 +445,30 @@ func TestSyncReportsHowThisExportMergesWithOthers(t *testing.T) {
 			status:  metav1.ConditionTrue,
 			reason:  string(mcsv1beta1.ServiceExportReasonTypeConflict),
 			message: []string{`Using "Headless"`, "its endpoints are left out of the service"},
+		},
+		{
+			name: "an older record the export rules keep out is ignored",
+			others: []runtime.Object{
+				otherRecord("west", older, func(e *record.Export) { e.Type = mcsv1beta1.Headless }),
+				&corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Namespace: testBrokerNS, Name: broker.ExportRuleName("shop"), Labels: map[string]string{broker.LabelExportRule: ""}},
+					Data:       map[string]string{broker.ExportRuleNamespacesKey: testNamespace, broker.ExportRuleMembersKey: testCluster},
+				},
+			},
+			status:  metav1.ConditionFalse,
+			reason:  string(mcsv1beta1.ServiceExportReasonNoConflicts),
+			message: []string{"this is the only export of the service"},
+		},
+		{
+			name: "an older record being deleted is ignored",
+			others: []runtime.Object{func() runtime.Object {
+				si := otherRecord("west", older, func(e *record.Export) { e.Type = mcsv1beta1.Headless })
+				si.DeletionTimestamp, si.Finalizers = ptr.To(metav1.Now()), []string{"example.com/keep"}
+				return si
+			}()},
+			status:  metav1.ConditionFalse,
+			reason:  string(mcsv1beta1.ServiceExportReasonNoConflicts),
+			message: []string{"this is the only export of the service"},
 		},
 		{
 			name: "a malformed record of another cluster is ignored",

@@ -45,7 +45,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	exports, rejected := c.checkExportRules(exports)
 	if len(exports) == 0 {
-		return c.remove(ctx, namespace, name, si)
+		// Said (logged and counted) after the removal, which forgets what
+		// was said of the service, so that it is said once.
+		err := c.remove(ctx, namespace, name, si)
+		c.noteRejections(ctx, key, rejected)
+		return err
 	}
 	exports, vipRejected := c.checkVIPs(exports)
 	rejected = append(rejected, vipRejected...)

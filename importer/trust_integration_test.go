@@ -343,6 +343,91 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		}
 	})
 
+	t.Run("default/kubernetes and mcsd's own namespace are never imported", func(t *testing.T) {
+		e.t = t
+		e.namespace(importer.DefaultLivenessNamespace, home)
+		before := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonNamespaceDenied})
+		attacker.export(exported{ns: "default", name: "kubernetes", vips: []string{"243.2.0.1"}})
+		attacker.export(exported{ns: importer.DefaultLivenessNamespace, name: "mcsd-dns", vips: []string{"243.2.0.2"}})
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, minute, true, func(context.Context) (bool, error) {
+			return metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonNamespaceDenied}) == before+2, nil
+		})
+		if err != nil {
+			t.Fatal("the denied records were not counted")
+		}
+		east.export(exported{ns: "app", name: "after-kubernetes", vips: []string{"243.1.0.16"}})
+		e.imported(home, "app", "after-kubernetes", minute, "imported", func(*mcsv1beta1.ServiceImport) bool { return true })
+		for _, key := range [][2]string{{"default", "kubernetes"}, {importer.DefaultLivenessNamespace, "mcsd-dns"}} {
+			if _, err := home.MCS.MulticlusterV1beta1().ServiceImports(key[0]).Get(ctx, key[1], metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a ServiceImport %s/%s: %v", key[0], key[1], err)
+			}
+		}
+	})
+
+	t.Run("a record being deleted counts as gone, whatever holds it", func(t *testing.T) {
+		e.t = t
+		rogue := e.remote("rogue")
+		rogue.claim("243.8.0.0/16")
+		rogue.beat()
+		rogue.export(exported{ns: "app", name: "held", vips: []string{"243.8.0.1"}})
+		e.imported(home, "app", "held", minute, "imported", func(*mcsv1beta1.ServiceImport) bool { return true })
+		// A finalizer from before the broker refused them (only an
+		// administrator can still set one), then a delete.
+		records := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(broker.DefaultNamespace, "rogue"))
+		si, err := records.Get(ctx, record.Name("rogue", "app", "held"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		si.Finalizers = []string{"example.com/keep"}
+		if _, err := records.Update(ctx, si, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rogue.unexport("app", "held")
+		e.gone(home, "app", "held", minute)
+		si, err = records.Get(ctx, si.Name, metav1.GetOptions{})
+		if err != nil || si.DeletionTimestamp == nil {
+			t.Fatalf("the record is not held: %v", err)
+		}
+		si.Finalizers = nil
+		if _, err := records.Update(ctx, si, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("export rules leave out the records of clusters they keep out, and say so", func(t *testing.T) {
+		e.t = t
+		east.export(exported{ns: "app", name: "ruled", vips: []string{"243.1.0.17"}, endpoints: []string{"10.1.0.17"}})
+		e.imported(home, "app", "ruled", minute, "from east", func(si *mcsv1beta1.ServiceImport) bool { return len(si.Status.Clusters) == 1 })
+		e.afterStored("app", "ruled")
+		squatter := e.remote("squatter")
+		squatter.claim("243.9.0.0/16")
+		squatter.beat()
+		squatter.export(exported{ns: "app", name: "ruled", headless: true, endpoints: []string{"10.9.0.17"}})
+		squatter.export(exported{ns: "app", name: "squatted", vips: []string{"243.9.0.17"}})
+		e.imported(home, "app", "ruled", minute, "with the squatter too, in conflict", func(si *mcsv1beta1.ServiceImport) bool { return len(si.Status.Clusters) == 1 && si.Spec.Type == mcsv1beta1.ClusterSetIP })
+		e.imported(home, "app", "squatted", minute, "from the squatter", func(*mcsv1beta1.ServiceImport) bool { return true })
+		rule := broker.ExportRule{Name: "app", Namespaces: []string{"app"}, Members: []string{"east", "late", "rogue"}}
+		if err := broker.SetExportRule(ctx, cs.Broker.Config, broker.DefaultNamespace, rule); err != nil {
+			t.Fatal(err)
+		}
+		si := e.imported(home, "app", "ruled", minute, "saying the squatter's record is left out", func(si *mcsv1beta1.ServiceImport) bool {
+			c := rejectedCond(si)
+			return c != nil && c.Reason == importer.ReasonExportNotAllowed && len(si.Status.Clusters) == 1 && si.Status.Clusters[0].Cluster == "east"
+		})
+		if msg := rejectedCond(si).Message; !strings.Contains(msg, "squatter") || !strings.Contains(msg, "export rule app") {
+			t.Fatalf("condition message %q", msg)
+		}
+		e.event(home, "app", "ruled", importer.ReasonExportNotAllowed)
+		e.gone(home, "app", "squatted", minute)
+		if n := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonExportNotAllowed}); n < 2 {
+			t.Fatalf("records left out by export rules counted %v, want 2 at least", n)
+		}
+		if err := broker.DeleteExportRule(ctx, cs.Broker.Kube, broker.DefaultNamespace, "app"); err != nil {
+			t.Fatal(err)
+		}
+		e.imported(home, "app", "squatted", minute, "back once the rule went", func(*mcsv1beta1.ServiceImport) bool { return true })
+	})
+
 	t.Run("an importer that allows the namespace imports it, and one that denies it removes it", func(t *testing.T) {
 		e.t = t
 		imp.Stop()
