@@ -404,7 +404,9 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		squatter.beat()
 		squatter.export(exported{ns: "app", name: "ruled", headless: true, endpoints: []string{"10.9.0.17"}})
 		squatter.export(exported{ns: "app", name: "squatted", vips: []string{"243.9.0.17"}})
-		e.imported(home, "app", "ruled", minute, "with the squatter too, in conflict", func(si *mcsv1beta1.ServiceImport) bool { return len(si.Status.Clusters) == 1 && si.Spec.Type == mcsv1beta1.ClusterSetIP })
+		e.imported(home, "app", "ruled", minute, "with the squatter too, in conflict", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Status.Clusters) == 1 && si.Spec.Type == mcsv1beta1.ClusterSetIP
+		})
 		e.imported(home, "app", "squatted", minute, "from the squatter", func(*mcsv1beta1.ServiceImport) bool { return true })
 		rule := broker.ExportRule{Name: "app", Namespaces: []string{"app"}, Members: []string{"east", "late", "rogue"}}
 		if err := broker.SetExportRule(ctx, cs.Broker.Config, broker.DefaultNamespace, rule); err != nil {
