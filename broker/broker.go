@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
@@ -206,115 +207,58 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 	namespace := settings.Namespace
 	switch o := obj.(type) {
 	case *corev1.Namespace:
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := kube.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := kube.CoreV1().Namespaces().Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels = o.Labels
-				_, err = kube.CoreV1().Namespaces().Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.CoreV1().Namespaces(), o, func(cur *corev1.Namespace) { cur.Labels = o.Labels })
 	case *rbacv1.Role:
-		roles := kube.RbacV1().Roles(namespace)
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := roles.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := roles.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Rules = o.Rules
-				_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-	case *corev1.ConfigMap:
-		cms := kube.CoreV1().ConfigMaps(namespace)
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := cms.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := cms.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels, cur.Data = o.Labels, o.Data
-				_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.RbacV1().Roles(namespace), o, func(cur *rbacv1.Role) { cur.Rules = o.Rules })
 	case *rbacv1.ClusterRole:
-		roles := kube.RbacV1().ClusterRoles()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := roles.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := roles.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels, cur.Rules = o.Labels, o.Rules
-				_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.RbacV1().ClusterRoles(), o, func(cur *rbacv1.ClusterRole) { cur.Labels, cur.Rules = o.Labels, o.Rules })
 	case *rbacv1.ClusterRoleBinding:
 		bindings := kube.RbacV1().ClusterRoleBindings()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := bindings.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := bindings.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if cur.RoleRef != o.RoleRef {
-					// The role of a binding cannot change: replace it.
-					if err := bindings.Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil {
-						return err
-					}
-					_, err = bindings.Create(ctx, o, metav1.CreateOptions{})
-					return err
-				}
-				cur.Labels, cur.Subjects = o.Labels, o.Subjects
-				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		// The role of a binding cannot change: one of another role goes.
+		if cur, err := bindings.Get(ctx, o.Name, metav1.GetOptions{}); err == nil && cur.RoleRef != o.RoleRef {
+			if err := bindings.Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("replacing ClusterRoleBinding %s of another role: %w", o.Name, err)
+			}
+		}
+		return upsert(ctx, bindings, o, func(cur *rbacv1.ClusterRoleBinding) { cur.Labels, cur.Subjects = o.Labels, o.Subjects })
+	case *corev1.ConfigMap:
+		return upsert(ctx, kube.CoreV1().ConfigMaps(namespace), o, func(cur *corev1.ConfigMap) { cur.Labels, cur.Data = o.Labels, o.Data })
 	case *admissionv1.ValidatingAdmissionPolicy:
-		policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := policies.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := policies.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Spec = o.Spec
-				_, err = policies.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.AdmissionregistrationV1().ValidatingAdmissionPolicies(), o,
+			func(cur *admissionv1.ValidatingAdmissionPolicy) { cur.Spec = o.Spec })
 	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-		return createOrUpdate(ctx, o.Name,
-			func() error { _, err := bindings.Create(ctx, o, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := bindings.Get(ctx, o.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Spec = o.Spec
-				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
+		return upsert(ctx, kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings(), o,
+			func(cur *admissionv1.ValidatingAdmissionPolicyBinding) { cur.Spec = o.Spec })
 	default:
 		return fmt.Errorf("unexpected kind %T in broker manifests", obj)
 	}
 }
 
-func createOrUpdate(ctx context.Context, name string, create, update func() error) error {
-	err := create()
-	if apierrors.IsAlreadyExists(err) {
-		err = update()
-	}
+// typedClient is what upsert uses of a typed client of kind T.
+type typedClient[T any] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+}
+
+// upsert creates want or, when an object of its name exists, has set copy
+// want's fields into that object and updates it, again on a conflict.
+func upsert[T metav1.Object](ctx context.Context, c typedClient[T], want T, set func(cur T)) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		_, err := c.Create(ctx, want, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		cur, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		set(cur)
+		_, err = c.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("applying %s: %w", name, err)
+		return fmt.Errorf("applying %s: %w", want.GetName(), err)
 	}
 	return nil
 }

@@ -50,6 +50,12 @@ type ExportRule struct {
 	Members []string
 }
 
+// NewExportRule is the rule name of namespaces and members, each a
+// comma-separated list, as the rule's ConfigMap holds them.
+func NewExportRule(name, namespaces, members string) ExportRule {
+	return ExportRule{Name: name, Namespaces: splitList(namespaces), Members: splitList(members)}
+}
+
 // Covers reports whether the rule speaks of namespace.
 func (r ExportRule) Covers(namespace string) bool {
 	for _, p := range r.Namespaces {
@@ -120,11 +126,7 @@ func ParseExportRules(cms []*corev1.ConfigMap) ExportRules {
 		if _, ok := cm.Labels[LabelExportRule]; !ok {
 			continue
 		}
-		rules = append(rules, ExportRule{
-			Name:       strings.TrimPrefix(cm.Name, ExportRuleName("")),
-			Namespaces: splitList(cm.Data[ExportRuleNamespacesKey]),
-			Members:    splitList(cm.Data[ExportRuleMembersKey]),
-		})
+		rules = append(rules, NewExportRule(strings.TrimPrefix(cm.Name, ExportRuleName("")), cm.Data[ExportRuleNamespacesKey], cm.Data[ExportRuleMembersKey]))
 	}
 	slices.SortFunc(rules, func(a, b ExportRule) int { return strings.Compare(a.Name, b.Name) })
 	return rules
@@ -180,19 +182,7 @@ func SetExportRule(ctx context.Context, config *rest.Config, namespace string, r
 		return err
 	}
 	want := exportRuleObject(namespace, r)
-	cms := kube.CoreV1().ConfigMaps(namespace)
-	err = createOrUpdate(ctx, want.Name,
-		func() error { _, err := cms.Create(ctx, want, metav1.CreateOptions{}); return err },
-		func() error {
-			cur, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Labels, cur.Data = want.Labels, want.Data
-			_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
-	if err != nil {
+	if err := upsert(ctx, kube.CoreV1().ConfigMaps(namespace), want, func(cur *corev1.ConfigMap) { cur.Labels, cur.Data = want.Labels, want.Data }); err != nil {
 		return fmt.Errorf("writing export rule %s: %w", r.Name, err)
 	}
 	members, err := Members(ctx, kube, namespace)

@@ -10,12 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/internal/record"
@@ -82,18 +80,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	}
 	decl := declarationObject(namespace, Declaration{Cluster: clusterID, PodCIDRs: opts.PodCIDRs})
 	cms := kube.CoreV1().ConfigMaps(namespace)
-	err = createOrUpdate(ctx, decl.Name,
-		func() error { _, err := cms.Create(ctx, decl, metav1.CreateOptions{}); return err },
-		func() error {
-			cur, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Labels, cur.Data = decl.Labels, decl.Data
-			_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
-	if err != nil {
+	if err := upsert(ctx, cms, decl, func(cur *corev1.ConfigMap) { cur.Labels, cur.Data = decl.Labels, decl.Data }); err != nil {
 		return "", fmt.Errorf("declaring member %s: %w", clusterID, err)
 	}
 	declared, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
@@ -107,21 +94,7 @@ func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, cluste
 	name := ServiceAccountName(clusterID)
 	labels := memberLabels(clusterID)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner}}
-	accounts := kube.CoreV1().ServiceAccounts(namespace)
-	err = createOrUpdate(ctx, name,
-		func() error { _, err := accounts.Create(ctx, sa, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := accounts.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.OwnerReferences = owner
-				_, err = accounts.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
-	if err != nil {
+	if err := upsert(ctx, kube.CoreV1().ServiceAccounts(namespace), sa, func(cur *corev1.ServiceAccount) { cur.OwnerReferences = owner }); err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
 	}
 	rb := &rbacv1.RoleBinding{
@@ -254,27 +227,11 @@ func ensureMemberNamespace(ctx context.Context, kube kubernetes.Interface, setti
 	if err := applyRoleBinding(ctx, kube, rb); err != nil {
 		return fmt.Errorf("binding member %s to ClusterRole %s in %s: %w", clusterID, MemberWriterRole, name, err)
 	}
-	quotas := kube.CoreV1().ResourceQuotas(name)
 	q := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: MemberQuotaName, Namespace: name, Labels: memberLabels(clusterID)},
 		Spec:       corev1.ResourceQuotaSpec{Hard: memberQuota(settings.MemberBudget)},
 	}
-	err = createOrUpdate(ctx, q.Name,
-		func() error { _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if equality.Semantic.DeepEqual(cur.Spec.Hard, q.Spec.Hard) {
-					return nil
-				}
-				cur.Spec.Hard = q.Spec.Hard
-				_, err = quotas.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
+	err = upsert(ctx, kube.CoreV1().ResourceQuotas(name), q, func(cur *corev1.ResourceQuota) { cur.Spec.Hard = q.Spec.Hard })
 	if err != nil {
 		return fmt.Errorf("setting the ResourceQuota of member %s in %s: %w", clusterID, name, err)
 	}
@@ -284,20 +241,9 @@ func ensureMemberNamespace(ctx context.Context, kube kubernetes.Interface, setti
 // applyRoleBinding creates rb or brings an existing one to its subjects,
 // labels and owners (a binding's role never changes).
 func applyRoleBinding(ctx context.Context, kube kubernetes.Interface, rb *rbacv1.RoleBinding) error {
-	bindings := kube.RbacV1().RoleBindings(rb.Namespace)
-	return createOrUpdate(ctx, rb.Name,
-		func() error { _, err := bindings.Create(ctx, rb, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := bindings.Get(ctx, rb.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Labels, cur.OwnerReferences, cur.Subjects = rb.Labels, rb.OwnerReferences, rb.Subjects
-				_, err = bindings.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
+	return upsert(ctx, kube.RbacV1().RoleBindings(rb.Namespace), rb, func(cur *rbacv1.RoleBinding) {
+		cur.Labels, cur.OwnerReferences, cur.Subjects = rb.Labels, rb.OwnerReferences, rb.Subjects
+	})
 }
 
 // waitQuota waits until the broker's ResourceQuota controller has counted

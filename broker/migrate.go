@@ -95,72 +95,75 @@ func Migrate(ctx context.Context, config *rest.Config, settings Settings) (map[s
 		return nil, err
 	}
 
-	moved := map[string]Moved{}
-	member := func(m metav1.Object) (string, bool) {
-		id := of(m)
-		return id, slices.Contains(members, id)
+	// What moves: each member's objects, with how to copy one into a
+	// namespace and delete the original, and what it counts as.
+	type item struct {
+		kind  string
+		obj   metav1.Object
+		copy  func(namespace string) error
+		drop  func() error
+		count func(*Moved)
 	}
+	var items []item
 	for i := range records.Items {
 		r := &records.Items[i]
-		id, ok := member(r)
-		if !ok {
-			continue
-		}
-		err := move(ctx, "export record", r, func(ns string) error {
-			_, err := mcs.MulticlusterV1beta1().ServiceImports(ns).Create(ctx, record.Moved(r, ns), metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return mcs.MulticlusterV1beta1().ServiceImports(namespace).Delete(ctx, r.Name, uidPrecondition(r))
-		}, record.MemberNamespace(namespace, id))
-		if err != nil {
-			return moved, err
-		}
-		m := moved[id]
-		m.Records++
-		moved[id] = m
+		items = append(items, item{"export record", r,
+			func(ns string) error {
+				_, err := mcs.MulticlusterV1beta1().ServiceImports(ns).Create(ctx, record.Moved(r, ns), metav1.CreateOptions{})
+				return err
+			},
+			func() error {
+				return mcs.MulticlusterV1beta1().ServiceImports(namespace).Delete(ctx, r.Name, uidPrecondition(r))
+			},
+			func(m *Moved) { m.Records++ }})
 	}
 	for i := range sliceList.Items {
 		s := &sliceList.Items[i]
-		id, ok := member(s)
-		if !ok {
-			continue
-		}
-		err := move(ctx, "EndpointSlice", s, func(ns string) error {
-			_, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: ns, Labels: s.Labels, Annotations: s.Annotations},
-				AddressType: s.AddressType, Endpoints: s.Endpoints, Ports: s.Ports,
-			}, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return kube.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, s.Name, uidPrecondition(s))
-		}, record.MemberNamespace(namespace, id))
-		if err != nil {
-			return moved, err
-		}
-		m := moved[id]
-		m.EndpointSlices++
-		moved[id] = m
+		items = append(items, item{"EndpointSlice", s,
+			func(ns string) error {
+				_, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: ns, Labels: s.Labels, Annotations: s.Annotations},
+					AddressType: s.AddressType, Endpoints: s.Endpoints, Ports: s.Ports,
+				}, metav1.CreateOptions{})
+				return err
+			},
+			func() error {
+				return kube.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, s.Name, uidPrecondition(s))
+			},
+			func(m *Moved) { m.EndpointSlices++ }})
 	}
 	for i := range leases.Items {
 		l := &leases.Items[i]
-		id, ok := member(l)
-		if !ok || l.Name != record.LeaseName(id) {
+		if l.Name != record.LeaseName(of(l)) {
 			continue
 		}
-		err := move(ctx, "Lease", l, func(ns string) error {
-			_, err := kube.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: ns, Labels: l.Labels, Annotations: l.Annotations},
-				Spec:       l.Spec,
-			}, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return kube.CoordinationV1().Leases(namespace).Delete(ctx, l.Name, uidPrecondition(l))
-		}, record.MemberNamespace(namespace, id))
-		if err != nil {
-			return moved, err
+		items = append(items, item{"Lease", l,
+			func(ns string) error {
+				_, err := kube.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: ns, Labels: l.Labels, Annotations: l.Annotations},
+					Spec:       l.Spec,
+				}, metav1.CreateOptions{})
+				return err
+			},
+			func() error { return kube.CoordinationV1().Leases(namespace).Delete(ctx, l.Name, uidPrecondition(l)) },
+			func(m *Moved) { m.Leases++ }})
+	}
+	moved := map[string]Moved{}
+	for _, it := range items {
+		id := of(it.obj)
+		if !slices.Contains(members, id) {
+			continue
+		}
+		// A copy there already is kept: an earlier run made it.
+		to := record.MemberNamespace(namespace, id)
+		if err := it.copy(to); err != nil && !apierrors.IsAlreadyExists(err) {
+			return moved, fmt.Errorf("copying %s %s/%s to %s: %w", it.kind, namespace, it.obj.GetName(), to, err)
+		}
+		if err := it.drop(); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return moved, fmt.Errorf("deleting %s %s/%s, copied to %s: %w", it.kind, namespace, it.obj.GetName(), to, err)
 		}
 		m := moved[id]
-		m.Leases++
+		it.count(&m)
 		moved[id] = m
 	}
 	if len(strangers) > 0 {
@@ -175,18 +178,6 @@ func counter(m map[string]*Moved, id string) *Moved {
 		m[id] = &Moved{}
 	}
 	return m[id]
-}
-
-// move creates obj's copy in namespace (one there already is kept: an
-// earlier run made it) and deletes obj.
-func move(ctx context.Context, kind string, obj metav1.Object, create func(namespace string) error, remove func() error, namespace string) error {
-	if err := create(namespace); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("copying %s %s/%s to %s: %w", kind, obj.GetNamespace(), obj.GetName(), namespace, err)
-	}
-	if err := remove(); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting %s %s/%s, copied to %s: %w", kind, obj.GetNamespace(), obj.GetName(), namespace, err)
-	}
-	return nil
 }
 
 func uidPrecondition(obj metav1.Object) metav1.DeleteOptions {

@@ -69,7 +69,6 @@ exporters and importers leave out those written before the rule.`,
 	}
 	out.add(show)
 
-	var rule broker.ExportRule
 	var namespaces, members string
 	set := &cobra.Command{
 		Use:   "set RULE --namespaces NS[,PREFIX*...] --members ID[,ID...]",
@@ -80,9 +79,7 @@ may export those namespaces.`,
 		Example: `  kubectl mcs broker export-rules set shop --namespaces shop,shop-* --members east,west --broker-context BROKER`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rule.Name = args[0]
-			rule.Namespaces = splitFlag(namespaces)
-			rule.Members = splitFlag(members)
+			rule := broker.NewExportRule(args[0], namespaces, members)
 			if err := rule.Validate(); err != nil {
 				return err
 			}
@@ -130,16 +127,6 @@ func (g *globals) adminClient() (kubernetes.Interface, error) {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
-}
-
-func splitFlag(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func orNone(members []string) string {
