@@ -78,14 +78,21 @@ func RemoveMember(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.
 		}
 	}
 	var left []string
+	var lookErr error
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		left, err = MemberLeftovers(ctx, kube, mcs, namespace, id)
-		return err == nil && len(left) == 0, nil
+		// What the last complete look found is what is said: a look cut
+		// short by the timeout finds nothing.
+		found, err := MemberLeftovers(ctx, kube, mcs, namespace, id)
+		if err != nil {
+			lookErr = err
+			return false, nil
+		}
+		left, lookErr = found, nil
+		return len(left) == 0, nil
 	})
 	if err != nil {
 		if len(left) == 0 {
-			return fmt.Errorf("checking that nothing of %s is left: %w", id, err)
+			return fmt.Errorf("checking that nothing of %s is left: %w", id, errors.Join(err, lookErr))
 		}
 		return fmt.Errorf("member %s is not gone from the broker, still there: %s", id, strings.Join(left, "; "))
 	}
