@@ -164,7 +164,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	connection.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
 	connection.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
 	connection.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
-	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
+	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace (settings, claims, declarations); this cluster writes its records in <broker-namespace>-<cluster-id> and reads every cluster's across their namespaces")
 	connection.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
 	connection.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
 
