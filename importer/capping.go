@@ -146,7 +146,7 @@ func (c *Controller) onRecordAdded(obj any) {
 		// Not a member's (see record.OnlyMembers): no cluster's to count.
 		return
 	}
-	if ns, name := r.Labels[record.LabelServiceNamespace], r.Labels[record.LabelServiceName]; c.denied(ns, name) {
+	if ns, name := r.Labels[record.LabelServiceNamespace], r.Labels[record.LabelServiceName]; c.serviceDenied(ns, name) {
 		c.cfg.Metrics.ignoredRecord(ReasonNamespaceDenied, 1)
 		klog.V(2).InfoS("Ignoring a broker record: its service or namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "service", klog.KRef(ns, name))
 	}

@@ -221,8 +221,7 @@ type Controller struct {
 	// trust.mu).
 	undeclared map[string]bool
 	caps       *capBook
-	// deniedNamespaces are namespaces never imported.
-	deniedNamespaces map[string]bool
+	denied     map[string]bool
 	// deniedServices are "<namespace>/<name>" keys never imported.
 	deniedServices map[string]bool
 	// rejected is, per service, what the last sync refused of its
@@ -306,23 +305,24 @@ func New(cfg Config) (*Controller, error) {
 		cfg: cfg,
 		// Failures back off to at most 10 s apart; the broker coming back
 		// resyncs everything at once anyway.
-		queue:            worker.NewQueue("importer", queueClock),
-		clusterQueue:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
-		book:             newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
-		capQueue:         workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-caps", Clock: queueClock}),
-		probeNow:         make(chan struct{}, 1),
-		publishNow:       make(chan struct{}, 1),
-		initialized:      make(chan struct{}),
-		trust:            &trust{clusterSet: cfg.ClusterSetCIDRs},
-		undeclared:       map[string]bool{},
-		caps:             newCapBook(cfg.MaxServicesPerCluster),
-		deniedNamespaces: map[string]bool{},
-		deniedServices:   map[string]bool{},
-		rejected:         map[string]map[string]rejection{},
+		queue:        worker.NewQueue("importer", queueClock),
+		clusterQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-clusters", Clock: queueClock}),
+		book:         newLeaseBook(cfg.Clock, cfg.ClusterTTL, cfg.ClusterID),
+		capQueue:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "importer-caps", Clock: queueClock}),
+		probeNow:     make(chan struct{}, 1),
+		publishNow:   make(chan struct{}, 1),
+		initialized:  make(chan struct{}),
+		trust:        &trust{clusterSet: cfg.ClusterSetCIDRs},
+		undeclared:   map[string]bool{},
+		caps:         newCapBook(cfg.MaxServicesPerCluster),
+		denied:       map[string]bool{},
+		rejected:     map[string]map[string]rejection{},
 	}
+	// mcsd's own namespace is never imported, whatever the denylist.
 	for _, ns := range append(slices.Clone(cfg.DeniedNamespaces), cfg.LivenessNamespace) {
-		c.deniedNamespaces[ns] = true
+		c.denied[ns] = true
 	}
+	c.deniedServices = map[string]bool{}
 	for _, key := range cfg.DeniedServices {
 		c.deniedServices[key] = true
 	}

@@ -34,7 +34,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if c.denied(namespace, name) {
+	if c.serviceDenied(namespace, name) {
 		// Never imported; one imported before it was denied goes.
 		logger.V(4).Info("Not importing: the service or its namespace is denied")
 		return c.remove(ctx, namespace, name, si)
@@ -159,10 +159,10 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 	return exports, nil
 }
 
-// denied reports whether the service namespace/name is never imported:
+// serviceDenied reports whether the service namespace/name is never imported:
 // it, or its namespace, is on the denylist.
-func (c *Controller) denied(namespace, name string) bool {
-	return c.deniedNamespaces[namespace] || c.deniedServices[namespace+"/"+name]
+func (c *Controller) serviceDenied(namespace, name string) bool {
+	return c.denied[namespace] || c.deniedServices[namespace+"/"+name]
 }
 
 // noteRejections records what the sync of key refused and returns what it
