@@ -38,12 +38,13 @@ import (
 // Config is what the exporter needs. Clients of the local cluster read
 // exports and write their status; clients of the broker write this
 // cluster's records.
+//
+// BrokerNamespace is the broker namespace, where the claims and the export
+// rules are; this cluster writes in its own namespace,
+// record.MemberNamespace(BrokerNamespace, ClusterID), and reads every
+// cluster's records across theirs.
 type Config struct {
-	ClusterID string
-	// BrokerNamespace is the broker namespace, where the claims and the
-	// export rules are; this cluster writes in its own namespace,
-	// record.MemberNamespace(BrokerNamespace, ClusterID), and reads every
-	// cluster's records across theirs.
+	ClusterID       string
 	BrokerNamespace string
 
 	Local     kubernetes.Interface
@@ -96,13 +97,11 @@ type Controller struct {
 	brokerRules  informers.SharedInformerFactory
 	claims       corelisters.ConfigMapLister
 	rules        corelisters.ConfigMapLister
-	// memberNamespace is where this cluster writes on the broker.
-	memberNamespace string
-	exports         mcslisters.ServiceExportLister
-	services        corelisters.ServiceLister
-	slices          discoverylisters.EndpointSliceLister
-	records         mcslisters.ServiceImportLister
-	ownSlices       discoverylisters.EndpointSliceLister
+	exports      mcslisters.ServiceExportLister
+	services     corelisters.ServiceLister
+	slices       discoverylisters.EndpointSliceLister
+	records      mcslisters.ServiceImportLister
+	ownSlices    discoverylisters.EndpointSliceLister
 	// Indexes by service, so that one service's sync reads its own objects
 	// instead of scanning every object of the namespace or broker.
 	sliceIndex    cache.Indexer
@@ -116,6 +115,9 @@ type Controller struct {
 
 	brokerMu   sync.Mutex
 	brokerDown bool
+
+	// memberNamespace is where this cluster writes on the broker.
+	memberNamespace string
 }
 
 // New builds the exporter; Run starts it.
@@ -145,10 +147,10 @@ func New(cfg Config) (*Controller, error) {
 		cfg: cfg,
 		// Failures back off to at most 10 s apart; a broker coming back is
 		// noticed sooner by ObserveBroker.
-		queue:           worker.NewQueue("exporter", nil),
-		initialized:     make(chan struct{}),
-		memberNamespace: record.MemberNamespace(cfg.BrokerNamespace, cfg.ClusterID),
+		queue:       worker.NewQueue("exporter", nil),
+		initialized: make(chan struct{}),
 	}
+	c.memberNamespace = record.MemberNamespace(cfg.BrokerNamespace, cfg.ClusterID)
 	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
 	c.applier = sliceapply.Applier{
 		Client:   cfg.Broker,
