@@ -43,11 +43,11 @@ func ExportRuleName(name string) string { return "mcsd-export-rule-" + name }
 // ExportRule says which members may export which namespaces.
 type ExportRule struct {
 	// Name is the rule's own name (its ConfigMap is ExportRuleName(Name)).
-	Name string
+	Name string `json:"name"`
 	// Namespaces are namespace names, or prefixes ending in "*".
-	Namespaces []string
+	Namespaces []string `json:"namespaces"`
 	// Members are the cluster IDs that may export them.
-	Members []string
+	Members []string `json:"members"`
 }
 
 // NewExportRule is the rule name of namespaces and members, each a
