@@ -388,19 +388,8 @@ func TestMembersQuotasExportRulesAndLeaving(t *testing.T) {
 	if err := broker.Install(ctx, b.Config, settings); err != nil {
 		t.Fatal(err)
 	}
-	members := map[string]member{}
-	for i, id := range []string{"east", "west"} {
-		token, err := broker.AddMember(ctx, b.Kube, ns, id, broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i + 2), 0, 0}), 16)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := b.TokenConfig(token)
-		members[id] = member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
-	}
-	east, west := members["east"], members["west"]
-	records := func(m member) mcsRecords {
-		return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id))
-	}
+	east, west := addMember(ctx, t, b, "east", netip.MustParsePrefix("10.2.0.0/16")), addMember(ctx, t, b, "west", netip.MustParsePrefix("10.3.0.0/16"))
+	records := member.records
 
 	t.Run("a member that fills its quota fills only its own", func(t *testing.T) {
 		var err error

@@ -36,6 +36,28 @@ type member struct {
 	mcs  mcsclient.Interface
 }
 
+// addMember joins member id to the broker b (installed) with its pod CIDRs
+// and returns clients of its identity.
+func addMember(ctx context.Context, t *testing.T, b *harness.Cluster, id string, pods ...netip.Prefix) member {
+	t.Helper()
+	token, err := broker.AddMember(ctx, b.Kube, ns, id, broker.MemberOptions{PodCIDRs: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.TokenConfig(token)
+	return member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
+}
+
+// records and slices are clients of the member's records and slices in its
+// own namespace.
+func (m member) records() mcsRecords {
+	return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id))
+}
+
+func (m member) slices() sliceClient {
+	return m.kube.DiscoveryV1().EndpointSlices(record.MemberNamespace(ns, m.id))
+}
+
 // exportRecord is id's export record of shop/<name> as the exporter writes
 // it, with the given VIPs.
 func exportRecord(t *testing.T, id, name string, vips ...string) *mcsv1beta1.ServiceImport {
@@ -128,23 +150,10 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		"cluster2": {netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("fd00:2::/64")},
 		"cluster3": {netip.MustParsePrefix("10.3.0.0/16")},
 	}
-	members := map[string]member{}
-	for _, id := range []string{"cluster2", "cluster3"} {
-		// Install returns once the policies are enforced: no waiting here.
-		token, err := broker.AddMember(ctx, b.Kube, ns, id, broker.MemberOptions{PodCIDRs: pods[id]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := b.TokenConfig(token)
-		members[id] = member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
-	}
-	two, three := members["cluster2"], members["cluster3"]
-	records := func(m member) mcsRecords {
-		return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id))
-	}
-	slices := func(m member) sliceClient {
-		return m.kube.DiscoveryV1().EndpointSlices(record.MemberNamespace(ns, m.id))
-	}
+	// Install returns once the policies are enforced: no waiting here.
+	two, three := addMember(ctx, t, b, "cluster2", pods["cluster2"]...), addMember(ctx, t, b, "cluster3", pods["cluster3"]...)
+	records := member.records
+	slices := member.slices
 	create := metav1.CreateOptions{}
 
 	t.Run("a member's own writes, as the exporter makes them, pass", func(t *testing.T) {
