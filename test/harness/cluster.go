@@ -277,7 +277,10 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--kubeconfig=" + kcmConfig,
 			// No kubelets run here: the node lifecycle controller would taint
 			// harness Nodes and evict their Pods, so only what is needed runs.
-			"--controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller",
+			// The resource quota controller computes quotas' usage, without
+			// which the API server enforces none (the broker's per-member
+			// quotas).
+			"--controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,resourcequota-controller",
 			"--service-account-private-key-file=" + saKey,
 			"--root-ca-file=" + caPath,
 			// The node IPAM controller does not run (harness nodes come
