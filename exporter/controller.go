@@ -27,6 +27,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
@@ -37,6 +38,11 @@ import (
 // Config is what the exporter needs. Clients of the local cluster read
 // exports and write their status; clients of the broker write this
 // cluster's records.
+//
+// BrokerNamespace is the broker namespace, where the claims and the export
+// rules are; this cluster writes in its own namespace,
+// record.MemberNamespace(BrokerNamespace, ClusterID), and reads every
+// cluster's records across theirs.
 type Config struct {
 	ClusterID       string
 	BrokerNamespace string
@@ -85,9 +91,12 @@ type Controller struct {
 	localMCS   mcsinformers.SharedInformerFactory
 	brokerKube informers.SharedInformerFactory
 	brokerMCS  mcsinformers.SharedInformerFactory
-	// brokerClaims holds the ClusterSetIP block claims of every cluster.
+	// brokerClaims holds the ClusterSetIP block claims of every cluster,
+	// brokerRules the export rules.
 	brokerClaims informers.SharedInformerFactory
+	brokerRules  informers.SharedInformerFactory
 	claims       corelisters.ConfigMapLister
+	rules        corelisters.ConfigMapLister
 	exports      mcslisters.ServiceExportLister
 	services     corelisters.ServiceLister
 	slices       discoverylisters.EndpointSliceLister
@@ -106,6 +115,9 @@ type Controller struct {
 
 	brokerMu   sync.Mutex
 	brokerDown bool
+
+	// memberNamespace is where this cluster writes on the broker.
+	memberNamespace string
 }
 
 // New builds the exporter; Run starts it.
@@ -138,6 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		queue:       worker.NewQueue("exporter", nil),
 		initialized: make(chan struct{}),
 	}
+	c.memberNamespace = record.MemberNamespace(cfg.BrokerNamespace, cfg.ClusterID)
 	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
 	c.applier = sliceapply.Applier{
 		Client:   cfg.Broker,
@@ -152,16 +165,29 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.localKube = informers.NewSharedInformerFactory(cfg.Local, cfg.ResyncPeriod)
 	c.localMCS = mcsinformers.NewSharedInformerFactory(cfg.LocalMCS, cfg.ResyncPeriod)
-	// On the broker: every cluster's records (for the merge and VIPs), and
-	// only this cluster's slices (to update them in place).
+	// On the broker: every cluster's records (for the merge and VIPs),
+	// across the members' namespaces, and only this cluster's slices, in
+	// its own (to update them in place).
 	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
-		mcsinformers.WithNamespace(cfg.BrokerNamespace),
 		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.LabelServiceNamespace }))
 	c.brokerKube = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithNamespace(c.memberNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = record.ClusterSelector(cfg.ClusterID).String()
 		}))
+	c.brokerRules = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
+		informers.WithNamespace(cfg.BrokerNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = broker.LabelExportRule }))
+	ruleInf := c.brokerRules.Core().V1().ConfigMaps()
+	c.rules = ruleInf.Lister()
+	// A rule coming, changing or going changes whose records count.
+	if _, err := ruleInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.resyncAll() },
+		UpdateFunc: func(any, any) { c.resyncAll() },
+		DeleteFunc: func(any) { c.resyncAll() },
+	}); err != nil {
+		return nil, err
+	}
 
 	c.brokerClaims = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
 		informers.WithNamespace(cfg.BrokerNamespace),
@@ -196,10 +222,13 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), recordInf.Informer(), ownSliceInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{exportInf.Informer(), serviceInf.Informer(), ownSliceInf.Informer(), ruleInf.Informer()} {
 		if err := inf.SetTransform(trim.ManagedFields); err != nil {
 			return nil, err
 		}
+	}
+	if err := recordInf.Informer().SetTransform(record.OnlyMembers(cfg.BrokerNamespace, trim.ManagedFields)); err != nil {
+		return nil, err
 	}
 	// Every EndpointSlice of the cluster is cached, read for its endpoints
 	// only and never written back.
@@ -263,7 +292,7 @@ func New(cfg Config) (*Controller, error) {
 	c.synced = []cache.InformerSynced{
 		exportInf.Informer().HasSynced, serviceInf.Informer().HasSynced, sliceInf.Informer().HasSynced,
 		recordInf.Informer().HasSynced, ownSliceInf.Informer().HasSynced, recordHandler.HasSynced,
-		claimInf.Informer().HasSynced,
+		claimInf.Informer().HasSynced, ruleInf.Informer().HasSynced,
 	}
 	return c, nil
 }
@@ -275,21 +304,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS, c.brokerClaims} {
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.localKube, c.localMCS, c.brokerKube, c.brokerMCS, c.brokerClaims, c.brokerRules} {
 		f.Start(ctx.Done())
 	}
-	logger.Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
+	logger.Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "memberNamespace", c.memberNamespace)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("exporter: caches did not sync: %w", ctx.Err())
 	}
-	own, err := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	own, err := c.records.ServiceImports(c.memberNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
 	if err != nil {
 		return err
 	}
 	for _, r := range own {
 		c.enqueueBrokerObject(r)
 	}
-	slices, err := c.ownSlices.EndpointSlices(c.cfg.BrokerNamespace).List(labels.Everything())
+	slices, err := c.ownSlices.EndpointSlices(c.memberNamespace).List(labels.Everything())
 	if err != nil {
 		return err
 	}
@@ -333,10 +362,19 @@ func (c *Controller) ObserveBroker(err error) {
 	for _, se := range exports {
 		c.queue.Add(se.Namespace + "/" + se.Name)
 	}
-	own, _ := c.records.ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	own, _ := c.records.ServiceImports(c.memberNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
 	for _, r := range own {
 		c.enqueueBrokerObject(r)
 	}
+}
+
+// exportRules are the broker's export rules as they stand now.
+func (c *Controller) exportRules() broker.ExportRules {
+	cms, err := c.rules.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	return broker.ParseExportRules(cms)
 }
 
 // vipRule is the VIP rule as the claims on the broker stand now.

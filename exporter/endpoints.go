@@ -22,7 +22,7 @@ func brokerSlices(cluster, namespace, name string, local []*discoveryv1.Endpoint
 	var out []*discoveryv1.EndpointSlice
 	index := map[discoveryv1.AddressType]int{}
 	for _, g := range endpointgroup.Of(local, endpointgroup.Options{Endpoint: brokerEndpoint, Ports: normalizePorts}) {
-		for _, eps := range g.Chunks() {
+		for _, eps := range g.ChunksOf(record.MaxEndpointsPerSlice) {
 			out = append(out, &discoveryv1.EndpointSlice{
 				ObjectMeta: metav1.ObjectMeta{
 					Name:   record.EndpointSliceName(cluster, namespace, name, g.Family, index[g.Family]),
@@ -38,10 +38,12 @@ func brokerSlices(cluster, namespace, name string, local []*discoveryv1.Endpoint
 	return out
 }
 
-// brokerEndpoint keeps what other clusters need of an endpoint: addresses,
-// conditions, hostname, node, zone and the name of the object behind it.
+// brokerEndpoint keeps what other clusters use of an endpoint: its
+// addresses, conditions and hostname. Its node, zone and target name this
+// cluster's objects, which mean nothing elsewhere (importers drop them) and
+// which the broker refuses, so that its budget per endpoint stays small.
 func brokerEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
-	out := discoveryv1.Endpoint{
+	return discoveryv1.Endpoint{
 		Addresses: slices.Clone(ep.Addresses),
 		Conditions: discoveryv1.EndpointConditions{
 			Ready:       ptr.To(ptr.Deref(ep.Conditions.Ready, false)),
@@ -49,13 +51,7 @@ func brokerEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
 			Terminating: ptr.To(ptr.Deref(ep.Conditions.Terminating, false)),
 		},
 		Hostname: cloneString(ep.Hostname),
-		NodeName: cloneString(ep.NodeName),
-		Zone:     cloneString(ep.Zone),
 	}
-	if ep.TargetRef != nil {
-		out.TargetRef = &corev1.ObjectReference{Kind: ep.TargetRef.Kind, Namespace: ep.TargetRef.Namespace, Name: ep.TargetRef.Name}
-	}
-	return out
 }
 
 func normalizePorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {

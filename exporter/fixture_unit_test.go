@@ -24,14 +24,17 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // The service every unit test exports, from cluster "east".
 const (
-	testCluster   = "east"
-	testBrokerNS  = "mcsd-broker"
+	testCluster  = "east"
+	testBrokerNS = "mcsd-broker"
+	// testOwnNS is the test cluster's own namespace on the broker.
+	testOwnNS     = testBrokerNS + "-" + testCluster
 	testNamespace = "shop"
 	testName      = "cart"
 	testKey       = testNamespace + "/" + testName
@@ -138,8 +141,10 @@ func (f *fixture) add(objs ...runtime.Object) {
 			err = f.brokerMCS.Tracker().Add(o)
 		case *corev1.Service:
 			err = f.local.Tracker().Add(o)
+		case *corev1.ConfigMap:
+			err = f.broker.Tracker().Add(o)
 		case *discoveryv1.EndpointSlice:
-			if o.Namespace == testBrokerNS {
+			if strings.HasPrefix(o.Namespace, testBrokerNS) {
 				err = f.broker.Tracker().Add(o)
 			} else {
 				err = f.local.Tracker().Add(o)
@@ -168,10 +173,10 @@ func (f *fixture) settle() {
 	slices, err := f.local.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
 	f.check(err)
 	// The broker informers select as New's do.
-	records, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testBrokerNS).List(ctx,
+	records, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx,
 		metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
 	f.check(err)
-	own, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).List(ctx,
+	own, err := f.broker.DiscoveryV1().EndpointSlices(testOwnNS).List(ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterSelector(testCluster).String()})
 	f.check(err)
 
@@ -182,6 +187,9 @@ func (f *fixture) settle() {
 	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
 	f.check(err)
 	f.replace(c.brokerClaims.Core().V1().ConfigMaps().Informer(), items(claims.Items))
+	rules, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelExportRule})
+	f.check(err)
+	f.replace(c.brokerRules.Core().V1().ConfigMaps().Informer(), items(rules.Items))
 
 	recordInf := c.brokerMCS.Multicluster().V1beta1().ServiceImports().Informer()
 	before := map[string]any{}
@@ -285,7 +293,7 @@ func objectName(o runtime.Object) string {
 // nil when there is none.
 func (f *fixture) ownRecord() *mcsv1beta1.ServiceImport {
 	f.t.Helper()
-	list, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testBrokerNS).List(f.ctx,
+	list, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testOwnNS).List(f.ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(testCluster, testNamespace, testName).String()})
 	f.check(err)
 	switch len(list.Items) {
@@ -302,7 +310,7 @@ func (f *fixture) ownRecord() *mcsv1beta1.ServiceImport {
 // service.
 func (f *fixture) ownSlices() []discoveryv1.EndpointSlice {
 	f.t.Helper()
-	list, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).List(f.ctx,
+	list, err := f.broker.DiscoveryV1().EndpointSlices(testOwnNS).List(f.ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(testCluster, testNamespace, testName).String()})
 	f.check(err)
 	return list.Items
@@ -437,6 +445,6 @@ func otherRecord(cluster string, created time.Time, mutate func(*record.Export))
 		mutate(&e)
 	}
 	si := record.Encode(e)
-	si.Namespace = testBrokerNS
+	si.Namespace = record.MemberNamespace(testBrokerNS, cluster)
 	return si
 }

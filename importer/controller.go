@@ -99,8 +99,12 @@ type Config struct {
 	// ignored. Empty: VIPs are checked against the block claims only.
 	ClusterSetCIDRs []netip.Prefix
 	// DeniedNamespaces are namespaces whose services are never imported
-	// (nil: DefaultDeniedNamespaces; empty: none).
+	// (nil: DefaultDeniedNamespaces; empty: none), besides
+	// LivenessNamespace, which never is.
 	DeniedNamespaces []string
+	// DeniedServices are services, "<namespace>/<name>", never imported
+	// (nil: DefaultDeniedServices; empty: none).
+	DeniedServices []string
 	// MaxServicesPerCluster is how many export records one cluster may
 	// contribute; its newest beyond that are ignored (default
 	// DefaultMaxServicesPerCluster).
@@ -124,8 +128,15 @@ type Config struct {
 
 // DefaultDeniedNamespaces are the namespaces not imported when
 // Config.DeniedNamespaces is nil: no member may place a ServiceImport or
-// endpoints among the cluster's own system services.
-var DefaultDeniedNamespaces = []string{"kube-system"}
+// endpoints among the cluster's own system services. mcsd's own namespace
+// (Config.LivenessNamespace) is never imported either.
+var DefaultDeniedNamespaces = []string{"kube-system", "kube-public"}
+
+// DefaultDeniedServices are the services ("<namespace>/<name>") not
+// imported when Config.DeniedServices is nil: the API server's Service,
+// whose name in clusterset DNS a member could otherwise answer with its own
+// ClusterSetIP.
+var DefaultDeniedServices = []string{"default/kubernetes"}
 
 // SharedSliceSelector selects the EndpointSlices the importer writes, as a
 // shared informer (Config.SharedSlices) must: its managed-by and both MCS
@@ -163,12 +174,15 @@ type Controller struct {
 	localKube    informers.SharedInformerFactory
 	localSlices  informers.SharedInformerFactory
 	localMCS     mcsinformers.SharedInformerFactory
-	// brokerClaims and brokerDeclarations: ClusterSetIP block claims and
-	// member declarations, the ConfigMaps the trust checks read.
+	// brokerClaims, brokerDeclarations and brokerRules: ClusterSetIP block
+	// claims, member declarations and export rules, the ConfigMaps the
+	// trust checks read.
 	brokerClaims       informers.SharedInformerFactory
 	brokerDeclarations informers.SharedInformerFactory
+	brokerRules        informers.SharedInformerFactory
 	claims             cache.Store
 	declarations       cache.Store
+	rules              cache.Store
 
 	records      cache.Indexer // broker export records
 	remoteSlices cache.Indexer // broker EndpointSlices
@@ -208,6 +222,8 @@ type Controller struct {
 	undeclared map[string]bool
 	caps       *capBook
 	denied     map[string]bool
+	// deniedServices are "<namespace>/<name>" keys never imported.
+	deniedServices map[string]bool
 	// rejected is, per service, what the last sync refused of its
 	// records, so each refusal is counted, logged and told once.
 	rejectedMu sync.Mutex
@@ -258,6 +274,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.DeniedNamespaces == nil {
 		cfg.DeniedNamespaces = DefaultDeniedNamespaces
 	}
+	if cfg.DeniedServices == nil {
+		cfg.DeniedServices = DefaultDeniedServices
+	}
 	if cfg.MaxServicesPerCluster <= 0 {
 		cfg.MaxServicesPerCluster = DefaultMaxServicesPerCluster
 	}
@@ -299,8 +318,13 @@ func New(cfg Config) (*Controller, error) {
 		denied:       map[string]bool{},
 		rejected:     map[string]map[string]rejection{},
 	}
-	for _, ns := range cfg.DeniedNamespaces {
+	// mcsd's own namespace is never imported, whatever the denylist.
+	for _, ns := range append(slices.Clone(cfg.DeniedNamespaces), cfg.LivenessNamespace) {
 		c.denied[ns] = true
+	}
+	c.deniedServices = map[string]bool{}
+	for _, key := range cfg.DeniedServices {
+		c.deniedServices[key] = true
 	}
 	c.book.skew, c.book.grace = cfg.LeaseClockSkew, cfg.GoneClusterGrace
 	c.cleanup = newPacer(cfg.CleanupRate, c.queue.Add)
@@ -310,16 +334,15 @@ func New(cfg Config) (*Controller, error) {
 	inBroker := func(selector string) func(*metav1.ListOptions) {
 		return func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	}
-	// Broker: every cluster's records, slices and heartbeats, each kind
-	// selected by the labels its writer puts on it.
+	// Broker: every cluster's records, slices and heartbeats, across the
+	// members' namespaces, each kind selected by the labels its writer
+	// puts on it (and kept only in its writer's namespace, see the
+	// transforms below).
 	c.brokerMCS = mcsinformers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatchMCS, cfg.ResyncPeriod,
-		mcsinformers.WithNamespace(cfg.BrokerNamespace),
 		mcsinformers.WithTweakListOptions(inBroker(record.LabelServiceNamespace)))
 	c.brokerSlices = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
 		informers.WithTweakListOptions(inBroker(labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String()+","+record.LabelServiceNamespace)))
 	c.brokerLeases = informers.NewSharedInformerFactoryWithOptions(cfg.BrokerWatch, cfg.ResyncPeriod,
-		informers.WithNamespace(cfg.BrokerNamespace),
 		informers.WithTweakListOptions(inBroker(record.LabelSourceCluster)))
 	// Local: namespaces (a service is imported where its namespace
 	// exists), ServiceImports, and only the importer's own slices.
@@ -361,15 +384,19 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	// Records are kept decoded, not whole (record.Cached).
-	if err := recordInf.SetTransform(record.CacheTransform); err != nil {
+	// Records are kept decoded, not whole (record.Cached), other
+	// clusters' slices for their endpoints only; an object outside its
+	// writer's namespace is kept anonymous (record.OnlyMembers).
+	if err := recordInf.SetTransform(record.OnlyMembers(cfg.BrokerNamespace, record.CacheTransform)); err != nil {
 		return nil, err
 	}
-	// Other clusters' slices are read for their endpoints only.
-	if err := remoteSliceInf.SetTransform(trim.RemoteEndpointSlice); err != nil {
+	if err := remoteSliceInf.SetTransform(record.OnlyMembers(cfg.BrokerNamespace, trim.RemoteEndpointSlice)); err != nil {
 		return nil, err
 	}
-	transformed := []cache.SharedIndexInformer{leaseInf, nsInf.Informer()}
+	if err := leaseInf.SetTransform(record.OnlyMembers(cfg.BrokerNamespace, trim.ManagedFields)); err != nil {
+		return nil, err
+	}
+	transformed := []cache.SharedIndexInformer{nsInf.Informer()}
 	if ownsLocal {
 		transformed = append(transformed, importInf.Informer())
 		if err := ownSliceInf.SetTransform(trimOwnSlice); err != nil {
@@ -477,7 +504,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.clusterQueue.ShutDown()
 	defer c.capQueue.ShutDown()
 	logger := klog.FromContext(ctx)
-	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.brokerClaims, c.brokerDeclarations, c.localKube, c.localSlices, c.localMCS} {
+	for _, f := range []interface{ Start(<-chan struct{}) }{c.brokerMCS, c.brokerSlices, c.brokerLeases, c.brokerClaims, c.brokerDeclarations, c.brokerRules, c.localKube, c.localSlices, c.localMCS} {
 		f.Start(ctx.Done())
 	}
 	logger.Info("Starting importer", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "clusterTTL", c.cfg.ClusterTTL)

@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"cluster"}),
 		ignoredRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "ignored_records_total",
-			Help: "Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out).",
+			Help: "Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out; ExportNotAllowed: as a service's sync leaves out a record the broker's export rules keep out).",
 		}, []string{"reason"}),
 		rejectedVIPs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcsd", Subsystem: "importer", Name: "rejected_clustersetips_total",
@@ -125,6 +125,10 @@ func (m *Metrics) ignoredRecord(reason string, n int) {
 // endpoints.
 func (m *Metrics) rejected(reason string, n int) {
 	if n <= 0 {
+		return
+	}
+	if reason == ReasonExportNotAllowed {
+		m.ignoredRecords.WithLabelValues(reason).Add(float64(n))
 		return
 	}
 	if reason == ReasonEndpointsOutsidePodCIDRs {

@@ -17,17 +17,17 @@ import (
 //go:embed crds/about.k8s.io_clusterproperties.yaml
 var ClusterPropertyCRD []byte
 
-// Broker holds the broker's manifests: namespace, member Role, settings,
-// quota and the admission policies that bind each member to its own
-// records, names and pod CIDRs.
+// Broker holds the broker's manifests: namespace, member roles, settings
+// and the admission policies that bind each member to its own records,
+// names, namespace, byte budget and pod CIDRs, and to the export rules.
 //
-//go:embed broker/namespace.yaml broker/member-role.yaml broker/settings.yaml broker/quota.yaml broker/admission-policy.yaml broker/endpoints-policy.yaml
+//go:embed broker/namespace.yaml broker/member-role.yaml broker/settings.yaml broker/admission-policy.yaml broker/budget-policy.yaml broker/endpoints-policy.yaml broker/export-rules-policy.yaml
 var Broker embed.FS
 
 // BrokerFiles lists the files of Broker in the order they must be applied.
 var BrokerFiles = []string{
-	"broker/namespace.yaml", "broker/member-role.yaml", "broker/settings.yaml", "broker/quota.yaml",
-	"broker/admission-policy.yaml", "broker/endpoints-policy.yaml",
+	"broker/namespace.yaml", "broker/member-role.yaml", "broker/settings.yaml",
+	"broker/admission-policy.yaml", "broker/budget-policy.yaml", "broker/endpoints-policy.yaml", "broker/export-rules-policy.yaml",
 }
 
 //go:embed mcsd/coredns-snippet.yaml

@@ -50,14 +50,20 @@ type Snapshot struct {
 	Claims  []clustersetip.Claim
 }
 
-// Read takes a Snapshot of the broker namespace.
+// Read takes a Snapshot of the broker of namespace: the members' Leases and
+// records across their namespaces, the declarations and claims of the
+// broker namespace.
 func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interface, namespace string) (*Snapshot, error) {
 	s := &Snapshot{Namespace: namespace, Read: time.Now(), Invalid: map[string]int{}}
-	leases, err := kube.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	leases, err := kube.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if err != nil {
 		return nil, fmt.Errorf("listing the broker's Leases: %w", err)
 	}
-	s.Leases = leases.Items
+	for _, l := range leases.Items {
+		if record.InMember(namespace, &l) {
+			s.Leases = append(s.Leases, l)
+		}
+	}
 	decls, err := kube.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelDeclaration})
 	if err != nil {
 		return nil, fmt.Errorf("listing the members' declarations: %w", err)
@@ -79,11 +85,14 @@ func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interfac
 			s.Claims = append(s.Claims, c)
 		}
 	}
-	records, err := mcs.MulticlusterV1beta1().ServiceImports(namespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	records, err := mcs.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if err != nil {
 		return nil, fmt.Errorf("listing the export records: %w", err)
 	}
 	for i := range records.Items {
+		if !record.InMember(namespace, &records.Items[i]) {
+			continue
+		}
 		e, err := record.Decode(&records.Items[i])
 		if err != nil {
 			s.Invalid[records.Items[i].Labels[record.LabelSourceCluster]]++

@@ -190,7 +190,7 @@ func (c *controllers) run(ctx context.Context) error {
 	// not component-helpers' lease controller".
 	hb := &exporter.Heartbeat{
 		Broker:    heartbeatClients.kube,
-		Namespace: c.o.brokerNamespace,
+		Namespace: record.MemberNamespace(c.o.brokerNamespace, c.clusterID),
 		Name:      record.LeaseName(c.clusterID),
 		ClusterID: c.clusterID,
 		Duration:  c.o.leaseDuration,

@@ -174,7 +174,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	connection.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
 	connection.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
 	connection.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
-	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
+	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace (settings, claims, declarations); this cluster writes its records in <broker-namespace>-<cluster-id> and reads every cluster's across their namespaces")
 	connection.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
 	connection.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
 
@@ -197,7 +197,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	controllers.DurationVar(&o.leaderElectRetry, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
 	controllers.IntVar(&o.exporterWorkers, "exporter-workers", 4, "services the exporter syncs at once")
 	controllers.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
-	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
+	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system,kube-public", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none (mcsd's own namespace, --leader-elect-namespace, and default/kubernetes are never imported)")
 	controllers.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
 	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", importer.DefaultGoneClusterGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
 	controllers.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,8 +102,8 @@ func TestGoodFlags(t *testing.T) {
 		if o.proxierMode != proxier.ModeNFTables {
 			t.Fatalf("proxier mode %q, want nftables by default", o.proxierMode)
 		}
-		if len(o.importDeniedNamespaces) != 1 || o.importDeniedNamespaces[0] != "kube-system" {
-			t.Fatalf("denied namespaces %v, want kube-system by default", o.importDeniedNamespaces)
+		if !slices.Equal(o.importDeniedNamespaces, []string{"kube-system", "kube-public"}) {
+			t.Fatalf("denied namespaces %v, want kube-system and kube-public by default", o.importDeniedNamespaces)
 		}
 		o, err = parse(t, "--broker-kubeconfig="+kubeconfig, "--node-name=node-1", "--import-namespace-denylist=", "--max-services-per-cluster=5", "--gone-cluster-grace=1h")
 		if err != nil {

@@ -98,13 +98,17 @@ func Of(in []*discoveryv1.EndpointSlice, opts Options) []Group {
 
 // Chunks splits the group's endpoints into runs of at most MaxPerSlice, one
 // per slice to write; a group without endpoints gives one empty run.
-func (g Group) Chunks() [][]discoveryv1.Endpoint {
+func (g Group) Chunks() [][]discoveryv1.Endpoint { return g.ChunksOf(MaxPerSlice) }
+
+// ChunksOf is Chunks with runs of at most n (at least 1) endpoints.
+func (g Group) ChunksOf(n int) [][]discoveryv1.Endpoint {
 	if len(g.Endpoints) == 0 {
 		return [][]discoveryv1.Endpoint{{}}
 	}
+	n = max(n, 1)
 	var out [][]discoveryv1.Endpoint
-	for start := 0; start < len(g.Endpoints); start += MaxPerSlice {
-		out = append(out, g.Endpoints[start:min(start+MaxPerSlice, len(g.Endpoints))])
+	for start := 0; start < len(g.Endpoints); start += n {
+		out = append(out, g.Endpoints[start:min(start+n, len(g.Endpoints))])
 	}
 	return out
 }

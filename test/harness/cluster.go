@@ -310,6 +310,9 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--kubeconfig=" + kcmConfig,
 			// No kubelets run here: the node lifecycle controller would taint
 			// harness Nodes and evict their Pods, so only what is needed runs.
+			// The resource quota controller computes quotas' usage, without
+			// which the API server enforces none (the broker's per-member
+			// quotas).
 			"--controllers=" + c.controllers(),
 			"--service-account-private-key-file=" + saKey,
 			"--root-ca-file=" + caPath,

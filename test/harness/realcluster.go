@@ -74,6 +74,7 @@ func (c *Cluster) controllers() string {
 		"namespace-controller", "garbage-collector-controller", "endpointslice-controller",
 		"serviceaccount-controller", "serviceaccount-token-controller",
 		"root-ca-certificate-publisher-controller", "clusterrole-aggregation-controller",
+		"resourcequota-controller",
 	}
 	if c.real {
 		list = append(list, "deployment-controller", "replicaset-controller", "daemonset-controller", "pod-garbage-collector-controller")

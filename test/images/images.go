@@ -7,6 +7,8 @@
 //	func Echo(ctx) (Image, error)             // localhost/mcsd-echo:<content>
 //	func MCSD(ctx, tag string) (Image, error) // localhost/mcsd:<tag>
 //
+// What each holds:
+//
 //   - Pause is Kubernetes' pause container: build/pause/linux/pause.c of the
 //     k8s.io/kubernetes module test/tools pins, compiled with gcc -static as
 //     Kubernetes does (needs gcc and libc6-dev); user 65535:65535,

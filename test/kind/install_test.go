@@ -226,20 +226,20 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		}
 	}
 
-	// The script declared each member and raised the broker's quota to one
-	// member budget per member and a spare one.
+	// The script declared each member and gave it a namespace with its
+	// own quota of the shipped budget.
 	for _, m := range members {
 		decl, err := cs.Broker.Kube.CoreV1().ConfigMaps("mcsd-broker").Get(ctx, "mcsd-member-"+m.id, metav1.GetOptions{})
 		if err != nil || decl.Data["podCIDRs"] != m.cluster.PodCIDR.String() {
 			t.Errorf("declaration of %s: %v, %v", m.cluster.Name, decl.Data, err)
 		}
-	}
-	quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker").Get(ctx, "mcsd-broker", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 15000 {
-		t.Errorf("quota of export records after two joins: %s, want 15000", got.String())
+		quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker-"+m.id).Get(ctx, "mcsd-member", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 2000 {
+			t.Errorf("quota of %s's export records: %s, want 2000", m.cluster.Name, got.String())
+		}
 	}
 
 	// The kubeconfig the script wrote is the member's identity and no
