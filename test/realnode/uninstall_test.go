@@ -88,11 +88,24 @@ func testUninstall(t *testing.T) {
 				return err
 			})
 		}
-		for _, ns := range []string{mcsdNamespace, "mcsd-broker"} {
-			awaitGone(ctx, t, c.Name+" namespace "+ns, func(ctx context.Context) error {
-				_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-				return err
-			})
+		// mcsd-system in members; mcsd-broker and every member's
+		// mcsd-broker-<cluster-id> on the broker.
+		var left []string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			left = nil
+			for _, ns := range list.Items {
+				if strings.HasPrefix(ns.Name, "mcsd-") {
+					left = append(left, ns.Name)
+				}
+			}
+			return len(left) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("%s keeps namespaces of mcsd: %v", c.Name, left)
 		}
 		if rest := leftoverRBAC(ctx, kube); rest != "" {
 			t.Errorf("%s keeps RBAC of mcsd: %s", c.Name, rest)

@@ -7,6 +7,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:?usage: build.sh CACHE_DIR}
+# Absolute: the builds below run from this script's directory.
+cache=$(realpath -m "$cache")
 
 version=$(awk '$1 == "require" && $2 == "github.com/containerd/containerd/v2" {print $3}' "$here/go.mod")
 [ -n "$version" ] || { echo "build.sh: no github.com/containerd/containerd/v2 version in $here/go.mod" >&2; exit 1; }
