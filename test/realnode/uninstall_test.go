@@ -20,7 +20,7 @@ import (
 // kubectl delete -k manifests/mcsd in each member, the nftables tables on
 // each node, the clusterset.local block of CoreDNS, each member's
 // membership (kubectl mcs leave), and finally kubectl delete -k
-// manifests/broker. Afterwards no node has an nftables table or iptables
+// manifests/broker and the namespace of broker install's probes. Afterwards no node has an nftables table or iptables
 // chain of mcsd, and no cluster has its CRDs or namespaces. It runs last:
 // nothing is installed after it.
 func testUninstall(t *testing.T) {
@@ -57,6 +57,9 @@ func testUninstall(t *testing.T) {
 		}
 	}
 	if _, err := w.kubectl(ctx, "", "--context", w.cs.Broker.Name, "delete", "-k", "manifests/broker", "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.kubectl(ctx, "", "--context", w.cs.Broker.Name, "delete", "namespace", "mcsd-broker-mcsd-install-probe", "--wait"); err != nil {
 		t.Fatal(err)
 	}
 
