@@ -332,6 +332,14 @@ func (g *Gate) evaluate() {
 	defer g.evalMu.Unlock()
 	type delta struct{ added, removed []netip.Addr }
 	out := map[bool]*delta{}
+	of := func(a netip.Addr) *delta {
+		d := out[a.Is4()]
+		if d == nil {
+			d = &delta{}
+			out[a.Is4()] = d
+		}
+		return d
+	}
 	// Until the gate has seen every ServiceImport the proxier may already
 	// carry, Downstream hears nothing: a DNS index told of a family is
 	// ready, and would answer NXDOMAIN for what the gate cannot release
@@ -359,12 +367,7 @@ func (g *Gate) evaluate() {
 	for a := range g.released {
 		if !g.carried[a] {
 			delete(g.released, a)
-			d := out[a.Is4()]
-			if d == nil {
-				d = &delta{}
-				out[a.Is4()] = d
-			}
-			d.removed = append(d.removed, a)
+			of(a).removed = append(of(a).removed, a)
 		}
 	}
 	for a := range g.carried {
@@ -372,12 +375,7 @@ func (g *Gate) evaluate() {
 			continue
 		}
 		g.released[a] = true
-		d := out[a.Is4()]
-		if d == nil {
-			d = &delta{}
-			out[a.Is4()] = d
-		}
-		d.added = append(d.added, a)
+		of(a).added = append(of(a).added, a)
 	}
 	for v4 := range out {
 		g.told[v4] = true

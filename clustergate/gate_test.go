@@ -50,13 +50,13 @@ func (d *dnsIndex) hands(a netip.Addr) bool {
 }
 
 type world struct {
-	t      *testing.T
-	ctx    context.Context
+	t       *testing.T
+	ctx     context.Context
 	client  *fake.Clientset
 	imports *mcsfake.Clientset
 	clock   *clocktesting.FakeClock
-	gate   *Gate
-	dns    *dnsIndex
+	gate    *Gate
+	dns     *dnsIndex
 }
 
 func start(t *testing.T) *world {

@@ -250,15 +250,23 @@ func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause images.Im
 			nodes = append(nodes, node)
 		}
 	}
+	return onEach(nodes, func(node *RealNode) error {
+		if err := node.start(ctx, pause); err != nil {
+			return fmt.Errorf("starting node %s: %w", node.Name, err)
+		}
+		return nil
+	})
+}
+
+// onEach runs fn on each node at once and joins their errors.
+func onEach(nodes []*RealNode, fn func(*RealNode) error) error {
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := node.start(ctx, pause); err != nil {
-				errs[i] = fmt.Errorf("starting node %s: %w", node.Name, err)
-			}
+			errs[i] = fn(node)
 		}()
 	}
 	wg.Wait()
@@ -276,18 +284,7 @@ func (cs *ClusterSet) RealNodes() []*RealNode {
 
 // ImportImage imports an image into every real node's containerd.
 func (cs *ClusterSet) ImportImage(ctx context.Context, img images.Image) error {
-	nodes := cs.RealNodes()
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = n.ImportImage(ctx, img)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return onEach(cs.RealNodes(), func(n *RealNode) error { return n.ImportImage(ctx, img) })
 }
 
 // writeEnv writes <Dir>/env, shell exports of every cluster's kubeconfig,
@@ -310,17 +307,9 @@ func (cs *ClusterSet) Close() {
 		}
 		cs.programsMu.Unlock()
 		// Real nodes next: their pods and daemons go with their cgroups.
-		var wg sync.WaitGroup
-		for _, n := range cs.RealNodes() {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := n.stop(); err != nil {
-					klog.ErrorS(err, "Stopping a real node", "node", n.Name)
-				}
-			}()
+		if err := onEach(cs.RealNodes(), (*RealNode).stop); err != nil {
+			klog.ErrorS(err, "Stopping the real nodes")
 		}
-		wg.Wait()
 		if cs.realNodes {
 			if _, err := killCgroup(runCgroup(cs.runID)); err != nil {
 				klog.ErrorS(err, "Removing the cgroups of the run")
@@ -330,6 +319,7 @@ func (cs *ClusterSet) Close() {
 		if cs.Network != nil {
 			cs.Network.close()
 		}
+		var wg sync.WaitGroup
 		for _, c := range cs.All() {
 			if c == nil {
 				continue

@@ -1,10 +1,8 @@
 package harness_test
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,38 +32,13 @@ import (
 func TestRealNodesOfAKilledRunAreCleanedOnTheNextStart(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "runc", "nsenter", "unshare", "gcc")
-	bin := filepath.Join(t.TempDir(), "clusterset")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcsd-io/mcsd/test/cmd/clusterset").CombinedOutput(); err != nil {
-		t.Fatalf("building clusterset: %v\n%s", err, out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pause, err := images.Pause(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, bin, "up", "--clusters=1", "--real-nodes=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	ready := false
-	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "Ready in") {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		t.Fatal("clusterset up never became ready")
-	}
-	runID := strconv.Itoa(cmd.Process.Pid) + "x1"
+	cmd, runID := clustersetUp(ctx, t, "--clusters=1", "--real-nodes=1")
 	runDir := filepath.Join(harness.StateBase(), runID)
 
 	// A pod runs on the node: a shim and its containers.
