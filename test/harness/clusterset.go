@@ -2,8 +2,10 @@
 // broker and N member clusters, each with its own etcd, kube-apiserver and
 // kube-controller-manager — plus a flat pod network of Linux network
 // namespaces, so controllers, DNS and the proxier are tested against real
-// parts. It needs root, iproute2 and Debian's etcd; it builds the pinned
-// Kubernetes components on first use. Production code must not import it.
+// parts; with Options.RealNodes, real kubelet nodes too (realnode.go). It
+// needs root, iproute2 and Debian's etcd (and for real nodes runc and the
+// CNI plugins); it builds the pinned Kubernetes components and containerd
+// on first use. Production code must not import it.
 package harness
 
 import (
