@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -215,7 +214,7 @@ func (g *gateway) splice(a net.Conn, dial func(context.Context) (net.Conn, error
 	defer g.copiesDone.Done()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, bufio.NewReader(src))
+		_, _ = io.Copy(dst, src)
 		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		}
