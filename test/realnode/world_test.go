@@ -34,7 +34,7 @@ import (
 type world struct {
 	cs *harness.ClusterSet
 	// dir holds the kubectl plugin, the overlays and other files the
-	// tests write.
+	// tests write, inside the run's state directory.
 	dir  string
 	root string
 	// kubectlPath is the pinned kubectl; binDir holds kubectl-mcs, so
@@ -73,9 +73,8 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared != nil {
+	if shared != nil && shared.cs != nil {
 		shared.cs.Close()
-		_ = os.RemoveAll(shared.dir)
 	}
 	os.Exit(code)
 }
@@ -108,12 +107,8 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "mcsd-realnode-")
-	if err != nil {
-		return nil, err
-	}
-	w := &world{dir: dir, root: root, binDir: filepath.Join(dir, "bin")}
-	// Images and tools build while the clusters start.
+	w := &world{root: root}
+	// Images and the pinned kubectl build while the clusters start.
 	var wg sync.WaitGroup
 	var imgErr, toolErr error
 	wg.Add(2)
@@ -123,7 +118,7 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 	}()
 	go func() {
 		defer wg.Done()
-		toolErr = w.buildTools(ctx)
+		w.kubectlPath, toolErr = harness.KubernetesTool("kubectl")
 	}()
 	w.cs, err = harness.Up(ctx, harness.Options{Clusters: 2, RealNodes: true, Nodes: 2})
 	wg.Wait()
@@ -131,7 +126,14 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 		return w, fmt.Errorf("starting two clusters of two real nodes: %w", err)
 	}
 	if imgErr != nil || toolErr != nil {
-		return w, fmt.Errorf("images: %v; tools: %v", imgErr, toolErr)
+		return w, fmt.Errorf("images: %v; kubectl: %v", imgErr, toolErr)
+	}
+	// What the tests write lives in the run's state directory, which the
+	// next start removes should this test be killed.
+	w.dir = filepath.Join(w.cs.Dir, "realnode")
+	w.binDir = filepath.Join(w.dir, "bin")
+	if err := w.buildPlugin(ctx); err != nil {
+		return w, err
 	}
 	t.Logf("figure: broker and 2 clusters of 2 real nodes each up, images and tools built, in %v (state in %s)", time.Since(began).Round(10*time.Millisecond), w.cs.Dir)
 	var paths []string
@@ -196,13 +198,8 @@ func (w *world) buildImages(ctx context.Context) error {
 	return err
 }
 
-// buildTools builds the pinned kubectl and the operator's CLI as the
-// kubectl plugin kubectl-mcs.
-func (w *world) buildTools(ctx context.Context) error {
-	var err error
-	if w.kubectlPath, err = harness.KubernetesTool("kubectl"); err != nil {
-		return err
-	}
+// buildPlugin builds the operator's CLI as the kubectl plugin kubectl-mcs.
+func (w *world) buildPlugin(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(w.binDir, "kubectl-mcs"), "./cmd/kubectl-mcs")
 	cmd.Dir = w.root
 	if out, err := cmd.CombinedOutput(); err != nil {
