@@ -235,10 +235,7 @@ func (g *Gate) setImport(obj any) {
 }
 
 func (g *Gate) deleteImport(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	si, ok := deleted[*mcsv1beta1.ServiceImport](obj)
 	if !ok {
 		return
 	}
@@ -299,10 +296,7 @@ func (g *Gate) setPeer(obj any) {
 }
 
 func (g *Gate) deletePeer(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	l, ok := obj.(*coordinationv1.Lease)
+	l, ok := deleted[*coordinationv1.Lease](obj)
 	if !ok {
 		return
 	}
@@ -310,6 +304,16 @@ func (g *Gate) deletePeer(obj any) {
 	delete(g.peers, l.Name)
 	g.mu.Unlock()
 	g.changed()
+}
+
+// deleted is the object of an informer's delete event, which may come
+// wrapped when the informer saw the deletion only on a relist.
+func deleted[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, ok := obj.(T)
+	return o, ok
 }
 
 // changed re-evaluates what may be handed out and asks for the report to
