@@ -3,7 +3,7 @@
 #
 #   make demo       start a broker and two clusters on this machine (root)
 #   make kubectl-mcs    the operator's CLI, bin/kubectl-mcs (kubectl mcs once on PATH)
-#   make test       every test: unit, real API servers, real kernel (root)
+#   make test       every test: unit, real API servers, real kernel, real kubelets (root)
 #   make test-unit  fast tests only: no root, no harness
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
@@ -35,7 +35,7 @@ LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REV
 FUZZ_TIME ?= 20s
 
 .PHONY: all build version test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
+        harness-binaries node-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
 
 all: build
 
@@ -60,7 +60,21 @@ kubectl-mcs:
 harness-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s
 
-test: verify harness-binaries coredns test-images fuzz
+# What the harness's real nodes run besides (test/harness RealNodes, the
+# tests of test/realnode): kubelet, kube-scheduler, kube-proxy, kubectl for
+# the operator's commands, and containerd; built once per version, here
+# before the tests so that a first build does not eat into a test binary's
+# timeout. runc and the CNI plugins are Debian's.
+.PHONY: node-binaries
+node-binaries:
+	bash test/tools/build.sh $(MCSD_CACHE)/k8s kubelet kube-scheduler kube-proxy kubectl >/dev/null
+	bash test/tools/containerd/build.sh $(MCSD_CACHE)/containerd >/dev/null
+
+test: verify harness-binaries node-binaries coredns test-images fuzz go-test
+
+# The Go tests alone, once everything they build on is there (make test).
+.PHONY: go-test
+go-test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The pinned CoreDNS: cluster1's own DNS in the e2e tests and the peer of

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/knftables"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/trim"
@@ -36,8 +37,12 @@ type dataPlane struct {
 
 	dnsServer *dns.Server
 	dnsIndex  *dns.Index
-	provider  proxier.Provider
-	health    *proxier.Health
+	// gate, with --dns-gate=cluster, reports this node's data plane to
+	// the other nodes and holds DNS back until they all carry a
+	// ClusterSetIP.
+	gate     *clustergate.Gate
+	provider proxier.Provider
+	health   *proxier.Health
 	// fed is true once the proxier has been handed every initial object.
 	fed atomic.Bool
 }
@@ -85,9 +90,18 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 		var observer proxier.VIPObserver
 		if dp.dnsIndex != nil {
 			// Resolvable means reachable: DNS hands out a ClusterSetIP
-			// only once this node's proxier carries it.
+			// only once this node's proxier carries it...
 			dp.dnsIndex.GateVIPs(o.ipFamilies...)
 			observer = dp.dnsIndex
+		}
+		if o.dnsGate == gateCluster {
+			// ... and every other node's: the cluster DNS may have asked
+			// this node for a client on another.
+			gate, err := newGate(o, local, dp.imports.Multicluster().V1beta1().ServiceImports().Informer(), dp.dnsIndex)
+			if err != nil {
+				return nil, err
+			}
+			dp.gate, observer = gate, gate
 		}
 		provider, health, err := newProxier(o, clusterID, reg, observer)
 		if err != nil {
@@ -96,6 +110,28 @@ func newDataPlane(o *options, local *clients, clusterID string, reg prometheus.R
 		dp.provider, dp.health = provider, health
 	}
 	return dp, nil
+}
+
+// newGate returns the gate between this node's proxier and its DNS index
+// (nil when the node serves no DNS: its report still counts), with a
+// client of its own.
+func newGate(o *options, local *clients, imports cache.SharedIndexInformer, index *dns.Index) (*clustergate.Gate, error) {
+	c, err := newClients(local.config, o.clientQPS, o.clientBurst)
+	if err != nil {
+		return nil, err
+	}
+	cfg := clustergate.Config{
+		Client:    c.kube,
+		Namespace: o.leaderElectNS,
+		NodeName:  o.nodeName,
+		Families:  o.ipFamilies,
+		Imports:   imports,
+		Logger:    klog.Background().WithName("clustergate"),
+	}
+	if index != nil {
+		cfg.Downstream = index
+	}
+	return clustergate.New(cfg)
 }
 
 // newProxier builds one proxier per IP family, programming nftables or
@@ -216,6 +252,9 @@ func (dp *dataPlane) run(ctx context.Context, o *options, local *clients) error 
 		running += 2
 		go func() { errc <- dp.dnsIndex.Run(ctx, dp.imports, dp.slices) }()
 		go func() { errc <- dp.serveDNS(ctx, o) }()
+	}
+	if dp.gate != nil {
+		go dp.gate.Run(ctx)
 	}
 	if dp.provider != nil {
 		var err error

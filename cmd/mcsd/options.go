@@ -21,6 +21,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
@@ -76,9 +77,12 @@ type options struct {
 	maxServicesPerCluster  int
 	goneClusterGrace       time.Duration
 
-	dnsListen     string
-	dnsZone       string
-	dnsTTL        time.Duration
+	dnsListen string
+	dnsZone   string
+	dnsTTL    time.Duration
+	// dnsGate says when DNS hands out a ClusterSetIP: once this node's
+	// proxier carries it (gateNode), or every node's (gateCluster).
+	dnsGate       string
 	netns         string
 	nodeName      string
 	ipFamilies    []corev1.IPFamily
@@ -104,6 +108,12 @@ type options struct {
 	// help and version ask for a message instead of a run.
 	help, version bool
 }
+
+// The values of --dns-gate.
+const (
+	gateCluster = "cluster"
+	gateNode    = "node"
+)
 
 // rawFlags holds flag values that need parsing after flag.Parse.
 type rawFlags struct {
@@ -195,6 +205,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	dnsFlags.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
 	dnsFlags.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
 	dnsFlags.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
+	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+clustergate.LeaseName("<node>")+" in --leader-elect-namespace) or "+gateNode+" (once this node's proxier carries it)")
 	dnsFlags.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
@@ -388,6 +399,15 @@ func (o *options) complete(raw *rawFlags) error {
 	}
 	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
 		bad("proxier-mode", "%v", err)
+	}
+	switch o.dnsGate {
+	case gateNode:
+	case gateCluster:
+		if o.runs(componentProxier) && o.nodeName == "" {
+			bad("dns-gate", "%s needs this node's name: set --node-name or $NODE_NAME, or choose %s", gateCluster, gateNode)
+		}
+	default:
+		bad("dns-gate", "unknown gate %q; choose %s or %s", o.dnsGate, gateCluster, gateNode)
 	}
 	if o.minSync <= 0 {
 		bad("proxier-min-sync-period", "must be positive, got %v", o.minSync)

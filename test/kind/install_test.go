@@ -111,7 +111,8 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 			"update serviceexports.multicluster.x-k8s.io -n default":            "no",
 			"delete clusterproperties.about.k8s.io":                             "no",
 			"update leases.coordination.k8s.io/mcsd-controllers -n mcsd-system": "yes",
-			"update leases.coordination.k8s.io/other -n mcsd-system":            "no",
+			"update leases.coordination.k8s.io/mcsd-node-n1 -n mcsd-system":     "yes",
+			"update leases.coordination.k8s.io/other -n default":                "no",
 			"update configmaps/mcsd-clusterset-liveness -n mcsd-system":         "yes",
 			"update configmaps/other -n mcsd-system":                            "no",
 			"list configmaps -A":                                                "no",
@@ -263,21 +264,11 @@ func kubectl(t *testing.T) string {
 	if path, err := exec.LookPath("kubectl"); err == nil {
 		return filepath.Dir(path)
 	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		abs, err := filepath.Abs(filepath.Join(repoRoot, ".cache"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = abs
-	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot, "test/tools/build.sh"), filepath.Join(cache, "k8s"), "kubectl")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	path, err := harness.KubernetesTool("kubectl")
 	if err != nil {
 		t.Fatalf("no kubectl on PATH, and building one failed: %v", err)
 	}
-	return strings.TrimSpace(string(out))
+	return filepath.Dir(path)
 }
 
 func daemonSet(t *testing.T) *appsv1.DaemonSet {
