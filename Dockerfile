@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# The mcsd node daemon: `make image` (IMAGE=...), which stamps the version
-# from git and tags the image with it, or by hand:
+# The mcsd node daemon, for builders with Docker: `make image-docker`
+# (IMAGE=...), which stamps the version from git and tags the image with it,
+# or by hand:
 #   v=$(git describe --tags --always --dirty)
 #   docker build --build-arg VERSION=$v --build-arg REVISION=$(git rev-parse HEAD) \
 #     -t ghcr.io/mcsd-io/mcsd:$v .

@@ -3,13 +3,15 @@
 #
 #   make demo       start a broker and two clusters on this machine (root)
 #   make kubectl-mcs    the operator's CLI, bin/kubectl-mcs (kubectl mcs once on PATH)
-#   make test       every test: unit, real API servers, real kernel (root)
+#   make test       every test: unit, real API servers, real kernel, real kubelets (root)
 #   make test-unit  fast tests only: no root, no harness
 #   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 #   make bench-scale    the control plane at 3x10k and 50x1k services (root)
-#   make image      the mcsd container image, tagged with the version (IMAGE=...; needs a Docker engine)
+#   make image      the mcsd container image as an archive, bin/mcsd-image.tar (IMAGE=...; no Docker)
+#   make image-docker   the same image from the Dockerfile, with a Docker engine
+#   make test-images    the images the real-node tests run (pause, CoreDNS, echo, mcsd), cached
 #   make version    the version stamped into binaries and image tags
 #   make test-kind  two kind clusters, a smoke test and mcs-api conformance (Docker, kind)
 
@@ -33,7 +35,7 @@ LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REV
 FUZZ_TIME ?= 20s
 
 .PHONY: all build version test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
+        harness-binaries node-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
 
 all: build
 
@@ -58,7 +60,21 @@ kubectl-mcs:
 harness-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s
 
-test: verify harness-binaries coredns fuzz
+# What the harness's real nodes run besides (test/harness RealNodes, the
+# tests of test/realnode): kubelet, kube-scheduler, kube-proxy, kubectl for
+# the operator's commands, and containerd; built once per version, here
+# before the tests so that a first build does not eat into a test binary's
+# timeout. runc and the CNI plugins are Debian's.
+.PHONY: node-binaries
+node-binaries:
+	bash test/tools/build.sh $(MCSD_CACHE)/k8s kubelet kube-scheduler kube-proxy kubectl >/dev/null
+	bash test/tools/containerd/build.sh $(MCSD_CACHE)/containerd >/dev/null
+
+test: verify harness-binaries node-binaries coredns test-images fuzz go-test
+
+# The Go tests alone, once everything they build on is there (make test).
+.PHONY: go-test
+go-test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The pinned CoreDNS: cluster1's own DNS in the e2e tests and the peer of
@@ -66,6 +82,14 @@ test: verify harness-binaries coredns fuzz
 # into a test binary's timeout.
 coredns:
 	bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns >/dev/null
+
+# The images the real-node tests import into their nodes' containerd
+# (test/images): pause, CoreDNS, the echo server and mcsd tagged with
+# VERSION, built without Docker into $(MCSD_CACHE)/images once, here before
+# the tests so that a first build does not eat into a test binary's timeout.
+.PHONY: test-images
+test-images: coredns
+	$(GO) run ./test/cmd/images -mcsd-tags $(VERSION)
 
 # The DNS server's request path against random queries for FUZZ_TIME; an
 # input that fails is kept under dns/testdata/fuzz/ and replayed by go test.
@@ -139,21 +163,31 @@ demo: harness-binaries
 	$(GO) build -o bin/demo ./test/cmd/demo
 	MCSD_BINARY=$(CURDIR)/bin/mcsd ./bin/demo
 
-# The node daemon's container image (Dockerfile), tagged with VERSION and
-# stamped with it. Nothing publishes images yet: push it to a registry of
-# yours (IMAGE_REPO=registry.example.com/mcsd make image && docker push ...)
-# and point manifests/mcsd at it with kustomize's images: (README).
-IMAGE_REPO ?= ghcr.io/mcsd-io/mcsd
+# The node daemon's container image, tagged with VERSION and stamped with
+# it: the stamped static binary on Debian bookworm-slim with nft and
+# iptables, built without Docker (hack/image; the Debian root filesystem
+# comes from mmdebstrap and is kept in MCSD_CACHE) and written as an archive,
+# IMAGE_TAR, holding IMAGE. Load it on a node with
+# `ctr -n k8s.io images import bin/mcsd-image.tar`, or push it to a registry
+# of yours (crane push bin/mcsd-image.tar registry.example.com/mcsd:TAG) and
+# point manifests/mcsd at it with kustomize's images: (README).
+# image-docker builds the same image from the Dockerfile with a Docker
+# engine. Nothing publishes images yet.
+IMAGE_REPO ?= localhost/mcsd
 IMAGE ?= $(IMAGE_REPO):$(VERSION)
-.PHONY: image
+IMAGE_TAR ?= bin/mcsd-image.tar
+.PHONY: image image-docker
 image:
+	$(GO) run ./hack/image -version $(VERSION) -revision $(REVISION) -image $(IMAGE) -o $(IMAGE_TAR)
+
+image-docker:
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
 
 # On a machine with Docker and kind: two kind clusters joined by mcsd, a
 # kubectl smoke test, then the mcs-api conformance suite; KEEP=1 leaves the
 # clusters up. Not part of make test.
 .PHONY: test-kind
-test-kind: image
+test-kind: image-docker
 	SKIP_BUILD=1 IMAGE=$(IMAGE) test/kind/up.sh
 	IMAGE=$(IMAGE) test/kind/e2e.sh; rc=$$?; [ -n "$(KEEP)" ] || test/kind/down.sh; exit $$rc
 

@@ -1,11 +1,14 @@
 // Package broker prepares a passive broker: a plain kube-apiserver with the
 // mcs-api CRDs where member clusters exchange their records. It installs the
-// broker namespace, the Role members get, the broker's settings and
-// ResourceQuota, and the admission policies that let each member write only
-// its own records, under its own names, with VIPs inside the clusterset
-// ranges and endpoints inside its declared pod CIDRs; and it creates each
-// member's identity and declaration. Nothing of it runs on the broker
-// afterwards.
+// broker namespace, the roles members get, the broker's settings and the
+// admission policies that let each member write only its own records, in
+// its own namespace, under its own names, within its byte budget, with VIPs
+// inside the clusterset ranges, endpoints inside its declared pod CIDRs and
+// services only of namespaces the export rules let it export; it creates
+// each member's identity, declaration and namespace (with its
+// ResourceQuota), computes the worst case of what members may store, and
+// moves the records of a broker of the older, shared layout. Nothing of it
+// runs on the broker afterwards.
 package broker
 
 import (
@@ -34,7 +37,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/manifests"
 )
@@ -42,36 +45,73 @@ import (
 // DefaultNamespace is the broker namespace the shipped manifests use.
 const DefaultNamespace = "mcsd-broker"
 
-// MemberRole is the Role every member's ServiceAccount is bound to.
-const MemberRole = "mcsd-member"
+// MemberRole is the Role of the broker namespace every member's
+// ServiceAccount is bound to; MemberWriterRole the ClusterRole it is bound
+// to in its own namespace; MemberReaderRole the ClusterRole every
+// ServiceAccount of the broker namespace is bound to everywhere.
+const (
+	MemberRole       = "mcsd-member"
+	MemberWriterRole = "mcsd-broker-member-writer"
+	MemberReaderRole = "mcsd-broker-member-reader"
+)
+
+// LabelBroker, with the broker namespace as value, marks the broker
+// namespace and every member namespace: the admission policies bind only
+// namespaces that carry it.
+const LabelBroker = "mcsd.io/broker"
 
 // ServiceAccountName is the broker identity of a member cluster; the
 // admission policy reads the cluster ID back from it.
 func ServiceAccountName(clusterID string) string { return "cluster-" + clusterID }
 
-// Install creates or updates the broker's namespace, member Role, settings,
-// ResourceQuota and admission policies, with settings (zero fields take
-// their defaults), using config, an administrator's client configuration.
-// It returns once the API server enforces the policies: it makes dry-run
-// writes as a member identity until the policies refuse them (see
-// waitEnforced), so no member write slips through a policy still loading.
+// Install creates or updates the broker's namespace, member roles,
+// settings and admission policies with settings (zero fields take their
+// defaults), using config, an administrator's client configuration, and
+// brings every member's namespace up to date with them (its ResourceQuota,
+// its RoleBinding). It refuses settings whose worst case does not fit the
+// broker's etcd (see WorstCase). It returns once the API server enforces
+// the policies: it makes dry-run writes as a member identity until the
+// policies refuse them (see waitEnforced), so no member write slips through
+// a policy still loading.
 func Install(ctx context.Context, config *rest.Config, settings Settings) error {
 	settings = settings.WithDefaults()
 	objs, err := Objects(settings)
 	if err != nil {
 		return err
 	}
+	if err := WorstCase(settings).Fits(); err != nil {
+		return err
+	}
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return err
+	}
+	// The shared layout's quota of the broker namespace goes first, so
+	// that it holds back none of the writes below: members write nothing
+	// there now but their claims, whose names bound them.
+	if err := kube.CoreV1().ResourceQuotas(settings.Namespace).Delete(ctx, legacyQuotaName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the ResourceQuota %s/%s of the shared layout: %w", settings.Namespace, legacyQuotaName, err)
 	}
 	for _, obj := range objs {
 		if err := apply(ctx, kube, settings, obj); err != nil {
 			return err
 		}
 	}
-	return waitEnforced(ctx, config, settings.Namespace)
+	members, err := Members(ctx, kube, settings.Namespace)
+	if err != nil {
+		return err
+	}
+	for _, id := range members {
+		if err := ensureMemberNamespace(ctx, kube, settings, id); err != nil {
+			return err
+		}
+	}
+	return waitEnforced(ctx, config, settings)
 }
+
+// legacyQuotaName is the ResourceQuota of the broker namespace in the
+// shared layout, where every member wrote there.
+const legacyQuotaName = "mcsd-broker"
 
 // Objects returns the broker's objects with settings (zero fields are the
 // defaults) as Install applies them to a broker without members, in the
@@ -108,30 +148,31 @@ func render(obj runtime.Object, settings Settings) error {
 	switch o := obj.(type) {
 	case *corev1.Namespace:
 		o.Name = namespace
+		o.Labels[LabelBroker] = namespace
 	case *rbacv1.Role:
 		o.Namespace = namespace
+	case *rbacv1.ClusterRole:
+	case *rbacv1.ClusterRoleBinding:
+		// One per broker namespace: its ServiceAccounts read everywhere.
+		o.Name = MemberReaderRole + "-" + namespace
+		o.Subjects = []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:" + namespace}}
 	case *corev1.ConfigMap:
 		if o.Name != SettingsName {
 			return fmt.Errorf("unexpected ConfigMap %s in broker manifests", o.Name)
 		}
 		o.Namespace = namespace
 		o.Data = settings.data()
-	case *corev1.ResourceQuota:
-		if o.Name != QuotaName {
-			return fmt.Errorf("unexpected ResourceQuota %s in broker manifests", o.Name)
-		}
-		o.Namespace = namespace
-		o.Spec.Hard = quotaHard(settings.MemberBudget, 0)
 	case *admissionv1.ValidatingAdmissionPolicy:
 	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		// Parameters and matched objects are in the broker namespace.
+		// Parameters are in the broker namespace; matched objects in the
+		// namespaces labelled with it.
 		if o.Spec.ParamRef != nil {
 			o.Spec.ParamRef.Namespace = namespace
 		}
 		if o.Spec.MatchResources == nil || o.Spec.MatchResources.NamespaceSelector == nil {
-			return fmt.Errorf("binding %s does not select the broker namespace", o.Name)
+			return fmt.Errorf("binding %s does not select the broker's namespaces", o.Name)
 		}
-		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{corev1.LabelMetadataName: namespace}
+		o.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{LabelBroker: namespace}
 	default:
 		return fmt.Errorf("unexpected kind %T in broker manifests", obj)
 	}
@@ -169,12 +210,12 @@ func apply(ctx context.Context, kube kubernetes.Interface, settings Settings, ob
 		return upsert(ctx, kube.CoreV1().Namespaces(), o, func(cur, want *corev1.Namespace) { cur.Labels = want.Labels })
 	case *rbacv1.Role:
 		return upsert(ctx, kube.RbacV1().Roles(namespace), o, func(cur, want *rbacv1.Role) { cur.Rules = want.Rules })
+	case *rbacv1.ClusterRole:
+		return upsert(ctx, kube.RbacV1().ClusterRoles(), o, func(cur, want *rbacv1.ClusterRole) { cur.Labels, cur.Rules = want.Labels, want.Rules })
+	case *rbacv1.ClusterRoleBinding:
+		return applyClusterRoleBinding(ctx, kube, o)
 	case *corev1.ConfigMap:
-		return upsert(ctx, kube.CoreV1().ConfigMaps(namespace), o, func(cur, want *corev1.ConfigMap) {
-			cur.Labels, cur.Data = want.Labels, want.Data
-		})
-	case *corev1.ResourceQuota:
-		return syncQuota(ctx, kube, namespace, settings.MemberBudget, o.Labels)
+		return upsert(ctx, kube.CoreV1().ConfigMaps(namespace), o, setData)
 	case *admissionv1.ValidatingAdmissionPolicy:
 		return upsert(ctx, kube.AdmissionregistrationV1().ValidatingAdmissionPolicies(), o,
 			func(cur, want *admissionv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec })
@@ -198,240 +239,97 @@ type typedClient[T any] interface {
 // server has with what set copies from want (the fields the broker owns),
 // reading it again when another writer raced the update.
 func upsert[T metav1.Object](ctx context.Context, client typedClient[T], want T, set func(cur, want T)) error {
-	return createOrUpdate(ctx, want.GetName(),
-		func() error { _, err := client.Create(ctx, want, metav1.CreateOptions{}); return err },
-		func() error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				set(cur, want)
-				_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-		})
-}
-
-// ownedBy copies want's owner references, for upsert.
-func ownedBy[T metav1.Object](cur, want T) { cur.SetOwnerReferences(want.GetOwnerReferences()) }
-
-func createOrUpdate(ctx context.Context, name string, create, update func() error) error {
-	err := create()
-	if apierrors.IsAlreadyExists(err) {
-		err = update()
-	}
-	if err != nil {
-		return fmt.Errorf("applying %s: %w", name, err)
-	}
-	return nil
-}
-
-// MemberOptions is what the broker's administrator declares about a member
-// when it joins.
-type MemberOptions struct {
-	// PodCIDRs are the member's pod CIDRs: the broker refuses endpoints of
-	// the member outside them. At least one is required.
-	PodCIDRs []netip.Prefix
-}
-
-// AddMember creates the declaration of a member cluster (the ConfigMap
-// DeclarationName(clusterID) holding its pod CIDRs, replaced when the member
-// joins again) and its broker identity — a ServiceAccount bound to the
-// member Role, and a long-lived token for it — owned by the declaration, so
-// that deleting the declaration removes the member; it raises the broker
-// namespace's ResourceQuota by one member budget and returns the token.
-// The member uses it as its broker credential. Install must have run.
-func AddMember(ctx context.Context, kube kubernetes.Interface, namespace, clusterID string, opts MemberOptions) (string, error) {
-	if err := opts.check(clusterID); err != nil {
-		return "", err
-	}
-	settingsCM, err := kube.CoreV1().ConfigMaps(namespace).Get(ctx, SettingsName, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("reading the broker settings %s/%s (is the broker installed?): %w", namespace, SettingsName, err)
-	}
-	settings, err := ParseSettings(settingsCM)
-	if err != nil {
-		return "", err
-	}
-	decl := declarationObject(namespace, Declaration{Cluster: clusterID, PodCIDRs: opts.PodCIDRs})
-	cms := kube.CoreV1().ConfigMaps(namespace)
-	err = upsert(ctx, cms, decl, func(cur, want *corev1.ConfigMap) { cur.Labels, cur.Data = want.Labels, want.Data })
-	if err != nil {
-		return "", fmt.Errorf("declaring member %s: %w", clusterID, err)
-	}
-	declared, err := cms.Get(ctx, decl.Name, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("reading the declaration of member %s: %w", clusterID, err)
-	}
-	// The identity belongs to the declaration: deleting the declaration
-	// deletes the ServiceAccount (and so its token) and the RoleBinding, so
-	// that no member writes without the pod CIDRs that bind its endpoints.
-	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: declared.Name, UID: declared.UID}}
-	name := ServiceAccountName(clusterID)
-	labels := map[string]string{"app.kubernetes.io/name": "mcsd", LabelMemberCluster: clusterID}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner}}
-	if err := upsert(ctx, kube.CoreV1().ServiceAccounts(namespace), sa, ownedBy); err != nil {
-		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
-	}
-	if err := syncQuota(ctx, kube, namespace, settings.MemberBudget, nil); err != nil {
-		return "", err
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "mcsd-member-" + clusterID, Namespace: namespace, Labels: labels, OwnerReferences: owner},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: MemberRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
-	}
-	if err := upsert(ctx, kube.RbacV1().RoleBindings(namespace), rb, ownedBy); err != nil {
-		return "", fmt.Errorf("binding %s to Role %s: %w", name, MemberRole, err)
-	}
-	return memberToken(ctx, kube, namespace, name, labels)
-}
-
-// check refuses a member without a valid ID or pod CIDRs.
-func (opts MemberOptions) check(clusterID string) error {
-	if err := clusterid.Validate(clusterID); err != nil {
-		return err
-	}
-	if len(opts.PodCIDRs) == 0 {
-		return fmt.Errorf("member %s: no pod CIDRs: the broker would refuse every endpoint it exports", clusterID)
-	}
-	for _, p := range opts.PodCIDRs {
-		if !p.IsValid() {
-			return fmt.Errorf("member %s: invalid pod CIDR %s", clusterID, p)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		_, err := client.Create(ctx, want, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return err
 		}
-	}
-	return nil
-}
-
-// memberToken creates the long-lived token Secret of the member's
-// ServiceAccount name and returns the token once the token controller has
-// filled it in.
-func memberToken(ctx context.Context, kube kubernetes.Interface, namespace, name string, labels map[string]string) (string, error) {
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name + "-token", Namespace: namespace, Labels: labels,
-			Annotations: map[string]string{corev1.ServiceAccountNameKey: name},
-		},
-		Type: corev1.SecretTypeServiceAccountToken,
-	}
-	if _, err := kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("creating token Secret for %s: %w", name, err)
-	}
-	var token string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+		cur, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return err
 		}
-		token = string(s.Data[corev1.ServiceAccountTokenKey])
-		return token != "", nil
+		set(cur, want)
+		_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("the token controller never filled Secret %s/%s (is kube-controller-manager running?): %w", namespace, secret.Name, err)
+		return fmt.Errorf("applying %s: %w", want.GetName(), err)
 	}
-	return token, nil
+	return nil
 }
 
-// LabelMemberCluster is the label, with the cluster ID as value, of each
-// member's ServiceAccount, RoleBinding and token Secret on the broker; the
-// quota counts members by it.
-const LabelMemberCluster = "mcsd.io/member-cluster"
+// setData copies a ConfigMap's labels and data, for upsert.
+func setData(cur, want *corev1.ConfigMap) { cur.Labels, cur.Data = want.Labels, want.Data }
 
-// syncQuota sets the broker namespace's ResourceQuota to one budget per
-// member (ServiceAccount labelled LabelMemberCluster) and a spare one.
-// Labels, when not nil, replace the quota's labels.
-func syncQuota(ctx context.Context, kube kubernetes.Interface, namespace string, budget Budget, labels map[string]string) error {
-	accounts, err := kube.CoreV1().ServiceAccounts(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelMemberCluster})
-	if err != nil {
-		return fmt.Errorf("counting the broker's members: %w", err)
+// applyClusterRoleBinding creates or updates b. The role of a binding
+// cannot change: one of another role goes first.
+func applyClusterRoleBinding(ctx context.Context, kube kubernetes.Interface, b *rbacv1.ClusterRoleBinding) error {
+	bindings := kube.RbacV1().ClusterRoleBindings()
+	if cur, err := bindings.Get(ctx, b.Name, metav1.GetOptions{}); err == nil && cur.RoleRef != b.RoleRef {
+		if err := bindings.Delete(ctx, b.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replacing ClusterRoleBinding %s of another role: %w", b.Name, err)
+		}
 	}
-	quotas := kube.CoreV1().ResourceQuotas(namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		hard := quotaHard(budget, len(accounts.Items))
-		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: namespace, Labels: labels}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
-		return createOrUpdate(ctx, QuotaName,
-			func() error { _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); return err },
-			func() error {
-				cur, err := quotas.Get(ctx, QuotaName, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if labels != nil {
-					cur.Labels = labels
-				}
-				cur.Spec.Hard = hard
-				_, err = quotas.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
-			})
-	})
+	return upsert(ctx, bindings, b, func(cur, want *rbacv1.ClusterRoleBinding) { cur.Labels, cur.Subjects = want.Labels, want.Subjects })
 }
 
 // The broker's admission policies (and their bindings, of the same names).
 // A refusal by one of them says "ValidatingAdmissionPolicy '<name>'".
 const (
-	// SourceClusterPolicy binds members to their own labels, names, claims
-	// and VIPs, with the settings as its parameter.
+	// SourceClusterPolicy binds members to their own namespace, labels,
+	// names, claims and VIPs, with the settings as its parameter.
 	SourceClusterPolicy = "mcsd-broker-source-cluster"
+	// BudgetPolicy bounds the size of what members write, with the
+	// settings as its parameter.
+	BudgetPolicy = "mcsd-broker-member-budget"
 	// EndpointsPolicy binds members' endpoints to their declared pod CIDRs,
 	// with the declarations as its parameters.
 	EndpointsPolicy = "mcsd-broker-member-endpoints"
+	// ExportRulesPolicy lets members export only the namespaces the export
+	// rules give them, with the rules as its parameters.
+	ExportRulesPolicy = "mcsd-broker-export-rules"
 )
 
 // probeCluster is the member identity Install's probes write as; they are
-// dry runs, so a real member of that name is not disturbed.
+// dry runs, so a real member of that name is not disturbed. Its namespace
+// exists so that a probe can be well placed, and is bound to nobody.
 const probeCluster = "mcsd-install-probe"
 
-// waitEnforced returns once the API server enforces both admission policies
-// for member writes in namespace. The API server loads a new policy (and
-// its parameters) asynchronously: until then a member's forbidden write
-// goes through. Each probe is a dry-run write that a policy must refuse,
-// made as the member identity of probeCluster (with group system:masters,
-// so that RBAC allows it and only the policies decide). With an API server
-// of several instances, each loads the policies on its own: this checks the
-// one that answers.
-func waitEnforced(ctx context.Context, config *rest.Config, namespace string) error {
+// ensureProbeNamespace creates the probe identity's member namespace.
+func ensureProbeNamespace(ctx context.Context, kube kubernetes.Interface, namespace string) error {
+	ns := memberNamespaceObject(namespace, probeCluster)
+	_, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the namespace %s of the broker's admission probes: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// impersonate returns a configuration of config that acts as member
+// cluster's identity of the broker namespace, with group system:masters so
+// that RBAC allows everything and only the admission policies decide.
+func impersonate(config *rest.Config, namespace, cluster string) *rest.Config {
 	cfg := rest.CopyConfig(config)
 	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + namespace + ":" + ServiceAccountName(probeCluster),
+		UserName: "system:serviceaccount:" + namespace + ":" + ServiceAccountName(cluster),
 		Groups:   []string{"system:masters", "system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	labels := map[string]string{mcsv1beta1.LabelSourceCluster: probeCluster}
-	probes := []struct {
-		policy, want string
-		write        func(context.Context) error
-	}{{
-		// A ConfigMap that is not a ClusterSetIP claim.
-		policy: SourceClusterPolicy,
-		want:   "cluster " + probeCluster + " may only write configmaps named",
-		write: func(ctx context.Context) error {
-			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Name: "mcsd-install-probe", Namespace: namespace, Labels: labels},
-			}, dryRun)
-			return err
-		},
-	}, {
-		// A well-named slice with an endpoint of two addresses; refused
-		// whatever the declarations (or, with none, for lack of one).
-		policy: EndpointsPolicy,
-		want:   EndpointsPolicy,
-		write: func(ctx context.Context) error {
-			_, err := kube.DiscoveryV1().EndpointSlices(namespace).Create(ctx, &discoveryv1.EndpointSlice{
-				ObjectMeta: metav1.ObjectMeta{
-					Name: "probe.probe." + probeCluster + ".ipv4-0", Namespace: namespace,
-					Labels: record.Labels(probeCluster, "probe", "probe"),
-				},
-				AddressType: discoveryv1.AddressTypeIPv4,
-				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1", "192.0.2.2"}}},
-			}, dryRun)
-			return err
-		},
-	}}
+	return cfg
+}
+
+// probe is a dry-run write that an admission policy must refuse, saying
+// want.
+type probe struct {
+	policy, want string
+	write        func(context.Context) error
+}
+
+// waitRefused returns once every probe is refused as it expects. The API
+// server loads a new policy (and its parameters) asynchronously: until then
+// a member's forbidden write goes through. With an API server of several
+// instances, each loads the policies on its own: this checks the one that
+// answers.
+func waitRefused(ctx context.Context, namespace string, probes []probe) error {
 	for _, p := range probes {
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -444,6 +342,73 @@ func waitEnforced(ctx context.Context, config *rest.Config, namespace string) er
 		}
 	}
 	return nil
+}
+
+// waitEnforced returns once the API server enforces the admission policies
+// that refuse writes whatever the parameters are, for member writes in the
+// broker's namespaces. Each probe is a dry-run write, made as the member
+// identity of probeCluster, that breaks exactly one policy's rule.
+func waitEnforced(ctx context.Context, config *rest.Config, settings Settings) error {
+	namespace := settings.Namespace
+	admin, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	if err := ensureProbeNamespace(ctx, admin, namespace); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(impersonate(config, namespace, probeCluster))
+	if err != nil {
+		return err
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	labels := map[string]string{mcsv1beta1.LabelSourceCluster: probeCluster}
+	own := record.MemberNamespace(namespace, probeCluster)
+	block := netip.PrefixFrom(settings.ClusterSetCIDRv4.Addr(), settings.BlockBitsV4)
+	probes := []probe{{
+		// A ConfigMap that is not a ClusterSetIP claim.
+		policy: SourceClusterPolicy,
+		want:   "cluster " + probeCluster + " may only write configmaps named",
+		write: func(ctx context.Context) error {
+			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "mcsd-install-probe", Namespace: namespace, Labels: labels},
+			}, dryRun)
+			return err
+		},
+	}, {
+		// A well-formed claim with a finalizer.
+		policy: BudgetPolicy,
+		want:   BudgetPolicy,
+		write: func(ctx context.Context) error {
+			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: clustersetip.ClaimName(probeCluster, corev1.IPv4Protocol), Namespace: namespace,
+					Labels:     map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: probeCluster},
+					Finalizers: []string{"mcsd.io/probe"},
+				},
+				Data: map[string]string{clustersetip.ClaimKey: block.Masked().String()},
+			}, dryRun)
+			return err
+		},
+	}, {
+		// A well-named slice in its own namespace with an endpoint of two
+		// addresses; refused whatever the declarations (or, with none, for
+		// lack of one).
+		policy: EndpointsPolicy,
+		want:   EndpointsPolicy,
+		write: func(ctx context.Context) error {
+			_, err := kube.DiscoveryV1().EndpointSlices(own).Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: record.EndpointSliceName(probeCluster, "probe", "probe", discoveryv1.AddressTypeIPv4, 0), Namespace: own,
+					Labels: record.EndpointSliceLabels(probeCluster, "probe", "probe"),
+				},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1", "192.0.2.2"}}},
+			}, dryRun)
+			return err
+		},
+	}}
+	return waitRefused(ctx, namespace, probes)
 }
 
 func outcome(err error) string {

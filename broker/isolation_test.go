@@ -36,6 +36,28 @@ type member struct {
 	mcs  mcsclient.Interface
 }
 
+// addMember joins member id to the broker b (installed) with its pod CIDRs
+// and returns clients of its identity.
+func addMember(ctx context.Context, t *testing.T, b *harness.Cluster, id string, pods ...netip.Prefix) member {
+	t.Helper()
+	token, err := broker.AddMember(ctx, b.Kube, ns, id, broker.MemberOptions{PodCIDRs: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.TokenConfig(token)
+	return member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
+}
+
+// records and slices are clients of the member's records and slices in its
+// own namespace.
+func (m member) records() mcsRecords {
+	return m.mcs.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, m.id))
+}
+
+func (m member) slices() sliceClient {
+	return m.kube.DiscoveryV1().EndpointSlices(record.MemberNamespace(ns, m.id))
+}
+
 // exportRecord is id's export record of shop/<name> as the exporter writes
 // it, with the given VIPs.
 func exportRecord(t *testing.T, id, name string, vips ...string) *mcsv1beta1.ServiceImport {
@@ -51,17 +73,17 @@ func exportRecord(t *testing.T, id, name string, vips ...string) *mcsv1beta1.Ser
 		e.Type = mcsv1beta1.Headless
 	}
 	si := record.Encode(e)
-	si.Namespace = ns
+	si.Namespace = record.MemberNamespace(ns, id)
 	return si
 }
 
 // slice is id's first broker EndpointSlice of shop/<name> as the exporter
-// writes it (node name, zone, hostname and target kept), with one endpoint
-// per address.
+// writes it (addresses, conditions and hostname), with one endpoint per
+// address.
 func slice(id, name string, family discoveryv1.AddressType, addrs ...string) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: record.EndpointSliceName(id, "shop", name, family, 0), Namespace: ns,
+			Name: record.EndpointSliceName(id, "shop", name, family, 0), Namespace: record.MemberNamespace(ns, id),
 			Labels: record.EndpointSliceLabels(id, "shop", name),
 		},
 		AddressType: family,
@@ -72,9 +94,6 @@ func slice(id, name string, family discoveryv1.AddressType, addrs ...string) *di
 			Addresses:  []string{a},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 			Hostname:   ptr.To("web-" + strconv.Itoa(i)),
-			NodeName:   ptr.To("node-1"),
-			Zone:       ptr.To("zone-a"),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-" + strconv.Itoa(i)},
 		})
 	}
 	return s
@@ -123,7 +142,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 	_, err := kubernetes.NewForConfigOrDie(impersonated).CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster3"), Labels: record.LeaseLabels("cluster2")},
 	}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	refused(t, err, "cluster cluster2 may only write leases named cluster-cluster2")
+	refused(t, err, "cluster cluster2 may only write leases in its own namespace")
 	if err := broker.Install(ctx, b.Config, broker.Settings{}); err != nil {
 		t.Fatalf("installing twice must be harmless: %v", err)
 	}
@@ -131,19 +150,10 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		"cluster2": {netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("fd00:2::/64")},
 		"cluster3": {netip.MustParsePrefix("10.3.0.0/16")},
 	}
-	members := map[string]member{}
-	for _, id := range []string{"cluster2", "cluster3"} {
-		// Install returns once the policies are enforced: no waiting here.
-		token, err := broker.AddMember(ctx, b.Kube, ns, id, broker.MemberOptions{PodCIDRs: pods[id]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := b.TokenConfig(token)
-		members[id] = member{id: id, kube: kubernetes.NewForConfigOrDie(cfg), mcs: mcsclient.NewForConfigOrDie(cfg)}
-	}
-	two, three := members["cluster2"], members["cluster3"]
-	records := func(m member) mcsRecords { return m.mcs.MulticlusterV1beta1().ServiceImports(ns) }
-	slices := func(m member) sliceClient { return m.kube.DiscoveryV1().EndpointSlices(ns) }
+	// Install returns once the policies are enforced: no waiting here.
+	two, three := addMember(ctx, t, b, "cluster2", pods["cluster2"]...), addMember(ctx, t, b, "cluster3", pods["cluster3"]...)
+	records := member.records
+	slices := member.slices
 	create := metav1.CreateOptions{}
 
 	t.Run("a member's own writes, as the exporter makes them, pass", func(t *testing.T) {
@@ -172,7 +182,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		accepted(t, err)
 		accepted(t, slices(two).Delete(ctx, record.EndpointSliceName("cluster2", "shop", "empty", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{}))
 
-		leases := two.kube.CoordinationV1().Leases(ns)
+		leases := two.kube.CoordinationV1().Leases(record.MemberNamespace(ns, "cluster2"))
 		l, err := leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster2"), Labels: record.LeaseLabels("cluster2")},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("cluster2"), LeaseDurationSeconds: ptr.To[int32](10)},
@@ -198,10 +208,19 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
-	t.Run("a member reads every member's records", func(t *testing.T) {
-		list, err := two.mcs.MulticlusterV1beta1().ServiceImports(ns).List(ctx, metav1.ListOptions{})
+	t.Run("a member reads every member's records across their namespaces, by label", func(t *testing.T) {
+		list, err := two.mcs.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector("shop", "cart").String()})
 		if err != nil || len(list.Items) != 2 {
 			t.Fatalf("list = %d items, %v; want both records", len(list.Items), err)
+		}
+		for _, si := range list.Items {
+			if !record.InMember(ns, &si) {
+				t.Errorf("record %s/%s is not in its member's namespace", si.Namespace, si.Name)
+			}
+		}
+		leases, err := three.kube.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+		if err != nil || len(leases.Items) != 1 {
+			t.Fatalf("leases = %v, %v; want cluster2's", leases, err)
 		}
 	})
 
@@ -239,16 +258,45 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		refused(t, err, "may only write serviceimports named")
 	})
 
-	t.Run("names: changing or deleting another cluster's record is refused", func(t *testing.T) {
-		theirs, err := records(two).Get(ctx, record.Name("cluster3", "shop", "cart"), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+	t.Run("namespaces: another member's namespace and the broker namespace are out of reach", func(t *testing.T) {
+		theirNS := record.MemberNamespace(ns, "cluster3")
+		theirs := two.mcs.MulticlusterV1beta1().ServiceImports(theirNS)
+		err := theirs.Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{})
+		if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			t.Fatalf("cluster2 deleting in cluster3's namespace: %v, want RBAC's refusal", err)
 		}
-		theirs.Labels[mcsv1beta1.LabelSourceCluster] = "cluster2"
-		_, err = records(two).Update(ctx, theirs, metav1.UpdateOptions{})
-		refused(t, err, "may not change or delete an object of cluster cluster3")
-		err = records(two).Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{})
-		refused(t, err, "may not change or delete an object of cluster cluster3")
+		si := exportRecord(t, "cluster2", "elsewhere")
+		si.Namespace = ns
+		_, err = two.mcs.MulticlusterV1beta1().ServiceImports(ns).Create(ctx, si, create)
+		if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			t.Fatalf("cluster2 writing a record in the broker namespace: %v, want RBAC's refusal", err)
+		}
+		// A broker whose RBAC grants too much still keeps each member in
+		// its own namespace, by the policy.
+		bind(ctx, t, b.Kube, theirNS, "cluster-cluster2", ns, rbacv1.PolicyRule{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: []string{"get", "create", "update", "delete"}})
+		bind(ctx, t, b.Kube, ns, "cluster-cluster2", ns, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}})
+		for range 50 { // RBAC caches the new binding for a moment
+			err = theirs.Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil || !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		refused(t, err, "cluster cluster2 may only write serviceimports in its own namespace (labelled mcsd.io/member-cluster=cluster2), not in "+theirNS)
+		mine := exportRecord(t, "cluster2", "squat")
+		mine.Namespace = theirNS
+		_, err = theirs.Create(ctx, mine, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused(t, err, "may only write serviceimports in its own namespace")
+		for range 50 {
+			_, err = two.kube.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster2"), Labels: record.LeaseLabels("cluster2")},
+			}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil || !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		refused(t, err, "may only write leases in its own namespace")
 	})
 
 	t.Run("names: another cluster's EndpointSlice name is refused", func(t *testing.T) {
@@ -261,12 +309,10 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 			_, err = slices(two).Create(ctx, s, create)
 			refused(t, err, "may only write endpointslices named")
 		}
-		err = slices(two).Delete(ctx, record.EndpointSliceName("cluster3", "shop", "cart", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{})
-		refused(t, err, "may not change or delete an object of cluster cluster3")
 	})
 
 	t.Run("names: another cluster's Lease is refused", func(t *testing.T) {
-		_, err := two.kube.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+		_, err := two.kube.CoordinationV1().Leases(record.MemberNamespace(ns, "cluster2")).Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster3"), Labels: record.LeaseLabels("cluster2")},
 		}, create)
 		refused(t, err, "cluster cluster2 may only write leases named cluster-cluster2")
@@ -390,24 +436,11 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 	})
 
 	t.Run("endpoints: a full EndpointSlice is checked within the CEL cost budget", func(t *testing.T) {
-		addrs := make([]string, 1000) // the most an EndpointSlice holds
-		for i := range addrs {
-			addrs[i] = netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(i%250 + 1)}).String()
-		}
-		full := slice("cluster2", "full", discoveryv1.AddressTypeIPv4, addrs...)
+		full := fullSlice(t, ctx, slices(two), "cluster2", broker.DefaultMemberBudget.EndpointsPerSlice)
+		full.Endpoints = append(full.Endpoints, full.Endpoints[0])
+		full.Endpoints[len(full.Endpoints)-1].Addresses = []string{"10.2.250.1"}
 		_, err := slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		accepted(t, err)
-		full.Endpoints[999].Addresses = []string{"10.3.0.5"}
-		_, err = slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		refused(t, err, "may only publish endpoints in its declared pod CIDRs")
-		for i := range full.Endpoints {
-			full.Endpoints[i].Addresses = nil
-			for j := range 100 { // the most addresses an endpoint holds
-				full.Endpoints[i].Addresses = append(full.Endpoints[i].Addresses, netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(j)}).String())
-			}
-		}
-		_, err = slices(two).Create(ctx, full, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		refused(t, err, "may only publish endpoints with a single address each")
+		refused(t, err, "cluster cluster2 may not write endpointslices shop.full.cluster2.ipv4-0 with 101 endpoints and 1 ports: the broker allows 100 endpoints")
 	})
 
 	t.Run("identity: other ServiceAccounts of the broker namespace are refused", func(t *testing.T) {
@@ -462,21 +495,21 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		}
 	})
 
-	t.Run("quota: the broker namespace's ResourceQuota grows with its members", func(t *testing.T) {
-		q, err := b.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, broker.QuotaName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Two members and one spare budget.
+	t.Run("quota: each member's namespace holds it to its own budget", func(t *testing.T) {
 		budget := broker.DefaultMemberBudget
-		for res, want := range map[corev1.ResourceName]int{
-			"count/serviceimports.multicluster.x-k8s.io": 3 * budget.ServiceImports,
-			"count/endpointslices.discovery.k8s.io":      3 * budget.EndpointSlices,
-			"count/configmaps":                           3*budget.ConfigMaps + 2,
-			"count/leases.coordination.k8s.io":           3 * budget.Leases,
-		} {
-			if got := q.Spec.Hard[res]; got.Cmp(*resource.NewQuantity(int64(want), resource.DecimalSI)) != 0 {
-				t.Errorf("quota %s = %s, want %d", res, got.String(), want)
+		for _, id := range []string{"cluster2", "cluster3"} {
+			q, err := b.Kube.CoreV1().ResourceQuotas(record.MemberNamespace(ns, id)).Get(ctx, broker.MemberQuotaName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for res, want := range map[corev1.ResourceName]int{
+				"count/serviceimports.multicluster.x-k8s.io": budget.ServiceImports,
+				"count/endpointslices.discovery.k8s.io":      budget.EndpointSlices,
+				"count/leases.coordination.k8s.io":           1,
+			} {
+				if got := q.Spec.Hard[res]; got.Cmp(*resource.NewQuantity(int64(want), resource.DecimalSI)) != 0 {
+					t.Errorf("%s's quota %s = %s, want %d", id, res, got.String(), want)
+				}
 			}
 		}
 	})
@@ -518,8 +551,38 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 	})
 
 	t.Run("an administrator is not bound by the policies", func(t *testing.T) {
-		accepted(t, b.MCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{}))
+		accepted(t, b.MCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(ns, "cluster3")).Delete(ctx, record.Name("cluster3", "shop", "cart"), metav1.DeleteOptions{}))
 	})
+}
+
+// fullSlice checks that the broker accepts a slice of n endpoints of id's
+// own pods (10.2.0.0/16), refuses it with one foreign address, and refuses
+// it with 100 addresses per endpoint, all within the CEL cost budget; it
+// returns the accepted slice.
+func fullSlice(t *testing.T, ctx context.Context, slices sliceClient, id string, n int) *discoveryv1.EndpointSlice {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(i%250 + 1)}).String()
+	}
+	full := slice(id, "full", discoveryv1.AddressTypeIPv4, addrs...)
+	full.Namespace = "" // the client's
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err := slices.Create(ctx, full, dryRun)
+	accepted(t, err)
+	bad := full.DeepCopy()
+	bad.Endpoints[n-1].Addresses = []string{"10.3.0.5"}
+	_, err = slices.Create(ctx, bad, dryRun)
+	refused(t, err, "may only publish endpoints in its declared pod CIDRs")
+	for i := range bad.Endpoints {
+		bad.Endpoints[i].Addresses = nil
+		for j := range 100 { // the most addresses an endpoint holds
+			bad.Endpoints[i].Addresses = append(bad.Endpoints[i].Addresses, netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(j)}).String())
+		}
+	}
+	_, err = slices.Create(ctx, bad, dryRun)
+	refused(t, err, "may only publish endpoints with a single address each")
+	return full
 }
 
 type mcsRecords interface {
@@ -536,22 +599,25 @@ type sliceClient interface {
 	Delete(context.Context, string, metav1.DeleteOptions) error
 }
 
-// grant gives member id's ServiceAccount rules beyond the member Role.
+// grant gives member id's ServiceAccount rules beyond the member Role, in
+// the broker namespace.
 func grant(ctx context.Context, t *testing.T, kube kubernetes.Interface, id string, rules ...rbacv1.PolicyRule) {
 	t.Helper()
-	bind(ctx, t, kube, ns, broker.ServiceAccountName(id), rules...)
+	bind(ctx, t, kube, ns, broker.ServiceAccountName(id), ns, rules...)
 }
 
-func bind(ctx context.Context, t *testing.T, kube kubernetes.Interface, namespace, account string, rules ...rbacv1.PolicyRule) {
+// bind gives the ServiceAccount accountNamespace/account rules in
+// namespace.
+func bind(ctx context.Context, t *testing.T, kube kubernetes.Interface, namespace, account, accountNamespace string, rules ...rbacv1.PolicyRule) {
 	t.Helper()
-	name := "extra-" + account
-	if _, err := kube.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+	role, err := kube.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{GenerateName: "extra-" + account + "-"}, Rules: rules}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: namespace}},
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: accountNamespace}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +638,7 @@ func saToken(ctx context.Context, t *testing.T, kube kubernetes.Interface, names
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	bind(ctx, t, kube, namespace, account, rules...)
+	bind(ctx, t, kube, namespace, account, namespace, rules...)
 	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
 	}, metav1.CreateOptions{})
@@ -590,11 +656,15 @@ func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
 	defer cancel()
 	b := cs.Broker
 	const other = "clusterset"
-	settings := broker.Settings{Namespace: other, ClusterSetCIDRv4: netip.MustParsePrefix("10.200.0.0/16"), BlockBitsV4: 24}
+	// Full EndpointSlices, which fit the etcd quota only with few members.
+	settings := broker.Settings{
+		Namespace: other, ClusterSetCIDRv4: netip.MustParsePrefix("10.200.0.0/16"), BlockBitsV4: 24,
+		MaxMembers: 2, MemberBudget: broker.Budget{EndpointsPerSlice: 1000},
+	}
 	if err := broker.Install(ctx, b.Config, settings); err != nil {
 		t.Fatal(err)
 	}
-	token, err := broker.AddMember(ctx, b.Kube, other, "east", broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}})
+	token, err := broker.AddMember(ctx, b.Kube, other, "east", broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("10.2.0.0/16")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,9 +685,12 @@ func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
 		t.Fatalf("claim = %s, %v", block, err)
 	}
 	si := exportRecord(t, "east", "cart", "243.0.0.1")
-	si.Namespace = other
-	_, err = eastMCS.MulticlusterV1beta1().ServiceImports(other).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	si.Namespace = record.MemberNamespace(other, "east")
+	_, err = eastMCS.MulticlusterV1beta1().ServiceImports(si.Namespace).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	refused(t, err, "may only export VIPs inside the clusterset CIDRs 10.200.0.0/16 and fd7a:6d63:7364::/48")
+
+	// The most endpoints a slice holds, checked within the CEL cost budget.
+	fullSlice(t, ctx, east.DiscoveryV1().EndpointSlices(record.MemberNamespace(other, "east")), "east", 1000)
 
 	// The administrator widens the range: the policy follows its parameter.
 	set, err := b.Kube.CoreV1().ConfigMaps(other).Get(ctx, broker.SettingsName, metav1.GetOptions{})
@@ -629,7 +702,7 @@ func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 100 {
-		if _, err = eastMCS.MulticlusterV1beta1().ServiceImports(other).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		if _, err = eastMCS.MulticlusterV1beta1().ServiceImports(si.Namespace).Create(ctx, si, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -25,8 +25,12 @@ func TestBlockClaimsOnARealBroker(t *testing.T) {
 	if err := broker.Install(ctx, cs.Broker.Config, broker.Settings{}); err != nil {
 		t.Fatal(err)
 	}
+	// Each member its own pod CIDR: 10.<n>.0.0/16.
+	members := 0
 	claimer := func(t *testing.T, id string) clustersetip.Claimer {
-		token, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, id, broker.MemberOptions{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}})
+		members++
+		pods := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(members), 0, 0}), 16)
+		token, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, id, broker.MemberOptions{PodCIDRs: []netip.Prefix{pods}})
 		if err != nil {
 			t.Fatal(err)
 		}

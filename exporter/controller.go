@@ -16,6 +16,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
@@ -26,7 +27,9 @@ import (
 
 // Config is what the exporter needs besides its informers. Shared's Local
 // clients read exports and write their status; its Broker clients write
-// this cluster's records.
+// this cluster's records and slices in its own member namespace
+// (Shared.MemberNamespace); the claims and export rules it weighs them by
+// are in Shared.BrokerNamespace.
 type Config struct {
 	controller.Shared
 
@@ -56,7 +59,10 @@ type Controller struct {
 
 	exports  mcslisters.ServiceExportLister
 	services corelisters.ServiceLister
-	claims   cache.Store
+	// claims are the ClusterSetIP block claims of every cluster, rules
+	// the broker's export rules.
+	claims cache.Store
+	rules  cache.Store
 	// Indexes by service, so that one service's sync reads its own objects
 	// instead of scanning every object of the namespace or broker: the
 	// core controller's EndpointSlices, every cluster's records, and this
@@ -69,6 +75,9 @@ type Controller struct {
 
 	brokerMu   sync.Mutex
 	brokerDown bool
+
+	// memberNamespace is where this cluster writes on the broker.
+	memberNamespace string
 }
 
 // New builds the exporter on informers of the local cluster and the
@@ -83,14 +92,14 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 		return nil, err
 	}
 	cfg.Shared = base.Shared
-	c := &Controller{Base: base, cfg: cfg}
+	c := &Controller{Base: base, cfg: cfg, memberNamespace: cfg.MemberNamespace()}
 	c.vips = newVIPBook(cfg.Allocators, c.vipRule)
 	c.applier = c.sliceApplier()
 	exports, services, slices := local.Exports(), local.Services(), local.EndpointSlices()
-	records, ownSlices, claims := broker.RecordObjects(), broker.OwnSlices(), broker.Claims()
+	records, ownSlices, claims, rules := broker.RecordObjects(), broker.OwnSlices(), broker.Claims(), broker.ExportRules()
 	c.exports = mcslisters.NewServiceExportLister(exports.GetIndexer())
 	c.services = corelisters.NewServiceLister(services.GetIndexer())
-	c.claims = claims.GetStore()
+	c.claims, c.rules = claims.GetStore(), rules.GetStore()
 	c.sliceIndex, c.recordIndex, c.ownSliceIndex = slices.GetIndexer(), records.GetIndexer(), ownSlices.GetIndexer()
 	if err := controller.AddIndex(slices, record.IndexByService, coreSliceIndex); err != nil {
 		return nil, err
@@ -130,6 +139,8 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 		// A claim coming or going changes which VIPs records may hold:
 		// every export is weighed again.
 		c.Handle(claims, controller.OnAny(func(any) { c.resyncAll() })),
+		// A rule coming, changing or going changes whose records count.
+		c.Handle(rules, controller.OnAny(func(any) { c.resyncAll() })),
 	)
 	if err != nil {
 		c.Release()
@@ -142,7 +153,7 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 // the services of this cluster's existing broker records and slices, so
 // exports deleted while the exporter was down are withdrawn.
 func (c *Controller) Run(ctx context.Context) error {
-	klog.FromContext(ctx).Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace)
+	klog.FromContext(ctx).Info("Starting exporter", "clusterID", c.cfg.ClusterID, "brokerNamespace", c.cfg.BrokerNamespace, "memberNamespace", c.memberNamespace)
 	return c.Base.Run(ctx, "Syncing export", func(context.Context) error {
 		c.enqueueOwnRecords()
 		for _, s := range c.ownSliceIndex.List() {
@@ -154,7 +165,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // enqueueOwnRecords enqueues the services of this cluster's records.
 func (c *Controller) enqueueOwnRecords() {
-	own, _ := mcslisters.NewServiceImportLister(c.recordIndex).ServiceImports(c.cfg.BrokerNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
+	own, _ := mcslisters.NewServiceImportLister(c.recordIndex).ServiceImports(c.memberNamespace).List(record.ClusterSelector(c.cfg.ClusterID))
 	for _, r := range own {
 		c.EnqueueService(r)
 	}
@@ -185,6 +196,17 @@ func (c *Controller) ObserveBroker(err error) {
 // sliceApplier writes this cluster's broker slices, counting its writes.
 func (c *Controller) sliceApplier() sliceapply.Applier {
 	return sliceapply.Applier{Client: c.cfg.Broker, What: "broker EndpointSlice", UpToDate: sliceUpToDate, Update: sliceUpdate, Metrics: c.Metrics}
+}
+
+// exportRules are the broker's export rules as they stand now.
+func (c *Controller) exportRules() broker.ExportRules {
+	var cms []*corev1.ConfigMap
+	for _, o := range c.rules.List() {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			cms = append(cms, cm)
+		}
+	}
+	return broker.ParseExportRules(cms)
 }
 
 // vipRule is the VIP rule as the claims on the broker stand now.

@@ -139,8 +139,8 @@ func TestABrokerSliceThatAppearsIsChecked(t *testing.T) {
 		t.Fatal("the broker slice informer did not sync")
 	}
 	s := brokerSlices(testCluster, testNamespace, testName, []*discoveryv1.EndpointSlice{localSlice("cart-a")})[0]
-	s.Namespace = testBrokerNS
-	if _, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+	s.Namespace = testOwnNS
+	if _, err := f.broker.DiscoveryV1().EndpointSlices(testOwnNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {

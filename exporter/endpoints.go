@@ -20,7 +20,7 @@ import (
 // and a restart rewrites nothing.
 func brokerSlices(cluster, namespace, name string, local []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	groups := endpointgroup.Of(local, endpointgroup.Options{Endpoint: brokerEndpoint, Ports: normalizePorts})
-	return endpointgroup.Slices(groups, func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
+	return endpointgroup.Slices(groups, record.MaxEndpointsPerSlice, func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
 		return metav1.ObjectMeta{
 			Name:   record.EndpointSliceName(cluster, namespace, name, family, index),
 			Labels: record.EndpointSliceLabels(cluster, namespace, name),
@@ -28,10 +28,12 @@ func brokerSlices(cluster, namespace, name string, local []*discoveryv1.Endpoint
 	})
 }
 
-// brokerEndpoint keeps what other clusters need of an endpoint: addresses,
-// conditions, hostname, node, zone and the name of the object behind it.
+// brokerEndpoint keeps what other clusters use of an endpoint: its
+// addresses, conditions and hostname. Its node, zone and target name this
+// cluster's objects, which mean nothing elsewhere (importers drop them) and
+// which the broker refuses, so that its budget per endpoint stays small.
 func brokerEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
-	out := discoveryv1.Endpoint{
+	return discoveryv1.Endpoint{
 		Addresses: slices.Clone(ep.Addresses),
 		Conditions: discoveryv1.EndpointConditions{
 			Ready:       ptr.To(ptr.Deref(ep.Conditions.Ready, false)),
@@ -39,13 +41,7 @@ func brokerEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
 			Terminating: ptr.To(ptr.Deref(ep.Conditions.Terminating, false)),
 		},
 		Hostname: cloneString(ep.Hostname),
-		NodeName: cloneString(ep.NodeName),
-		Zone:     cloneString(ep.Zone),
 	}
-	if ep.TargetRef != nil {
-		out.TargetRef = &corev1.ObjectReference{Kind: ep.TargetRef.Kind, Namespace: ep.TargetRef.Namespace, Name: ep.TargetRef.Name}
-	}
-	return out
 }
 
 func normalizePorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {

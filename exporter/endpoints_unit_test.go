@@ -10,7 +10,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
 
-	"github.com/mcsd-io/mcsd/internal/endpointgroup"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
 
@@ -37,7 +36,7 @@ func TestBrokerEndpointKeepsWhatOtherClustersNeed(t *testing.T) {
 			want: discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conditions(false, true, true)},
 		},
 		{
-			name: "hostname, node and zone are kept, the target by kind, namespace and name only",
+			name: "the hostname is kept; node, zone and target, which name this cluster's objects, stay here",
 			in: discoveryv1.Endpoint{
 				Addresses:  []string{"10.0.0.1"},
 				Conditions: conditions(true, true, false),
@@ -47,8 +46,7 @@ func TestBrokerEndpointKeepsWhatOtherClustersNeed(t *testing.T) {
 			want: discoveryv1.Endpoint{
 				Addresses:  []string{"10.0.0.1"},
 				Conditions: conditions(true, true, false),
-				Hostname:   ptr.To("cart-0"), NodeName: ptr.To("node-1"), Zone: ptr.To("zone-a"),
-				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "cart-0"},
+				Hostname:   ptr.To("cart-0"),
 			},
 		},
 		{
@@ -168,7 +166,7 @@ func TestBrokerSlicesLayOutTheLocalEndpoints(t *testing.T) {
 	fqdn := localSlice("cart-fqdn", "cart.example.com")
 	fqdn.AddressType = discoveryv1.AddressTypeFQDN
 	many := localSlice("cart-many")
-	for i := range endpointgroup.MaxPerSlice + 1 {
+	for i := range 2*record.MaxEndpointsPerSlice + 1 {
 		many.Endpoints = append(many.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.1.%d.%d", i/256, i%256)}})
 	}
 
@@ -187,8 +185,8 @@ func TestBrokerSlicesLayOutTheLocalEndpoints(t *testing.T) {
 			[]*discoveryv1.EndpointSlice{localSlice("cart-a", "10.0.0.1"), otherPort("cart-b", "10.0.0.2")},
 			map[string]int{"shop.cart.east.ipv4-0": 1, "shop.cart.east.ipv4-1": 1}},
 		{"FQDN slices are not exported", []*discoveryv1.EndpointSlice{fqdn}, map[string]int{}},
-		{"more endpoints than a slice holds are split into numbered slices", []*discoveryv1.EndpointSlice{many},
-			map[string]int{"shop.cart.east.ipv4-0": endpointgroup.MaxPerSlice, "shop.cart.east.ipv4-1": 1}},
+		{"more endpoints than a broker slice holds are split into numbered slices", []*discoveryv1.EndpointSlice{many},
+			map[string]int{"shop.cart.east.ipv4-0": record.MaxEndpointsPerSlice, "shop.cart.east.ipv4-1": record.MaxEndpointsPerSlice, "shop.cart.east.ipv4-2": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := map[string]int{}

@@ -24,6 +24,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
@@ -32,8 +33,10 @@ import (
 
 // The service every unit test exports, from cluster "east".
 const (
-	testCluster   = "east"
-	testBrokerNS  = "mcsd-broker"
+	testCluster  = "east"
+	testBrokerNS = "mcsd-broker"
+	// testOwnNS is the test cluster's own namespace on the broker.
+	testOwnNS     = testBrokerNS + "-" + testCluster
 	testNamespace = "shop"
 	testName      = "cart"
 	testKey       = testNamespace + "/" + testName
@@ -145,8 +148,10 @@ func (f *fixture) add(objs ...runtime.Object) {
 			err = f.brokerMCS.Tracker().Add(o)
 		case *corev1.Service:
 			err = f.local.Tracker().Add(o)
+		case *corev1.ConfigMap:
+			err = f.broker.Tracker().Add(o)
 		case *discoveryv1.EndpointSlice:
-			if o.Namespace == testBrokerNS {
+			if strings.HasPrefix(o.Namespace, testBrokerNS) {
 				err = f.broker.Tracker().Add(o)
 			} else {
 				err = f.local.Tracker().Add(o)
@@ -175,10 +180,10 @@ func (f *fixture) settle() {
 	slices, err := f.local.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
 	f.check(err)
 	// The broker informers select as New's do.
-	records, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testBrokerNS).List(ctx,
+	records, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx,
 		metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
 	f.check(err)
-	own, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).List(ctx,
+	own, err := f.broker.DiscoveryV1().EndpointSlices(testOwnNS).List(ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterSelector(testCluster).String()})
 	f.check(err)
 
@@ -189,6 +194,9 @@ func (f *fixture) settle() {
 	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
 	f.check(err)
 	f.replace(f.brokerInf.Claims(), items(claims.Items))
+	rules, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelExportRule})
+	f.check(err)
+	f.replace(f.brokerInf.ExportRules(), items(rules.Items))
 
 	recordInf := f.brokerInf.RecordObjects()
 	before := map[string]any{}
@@ -292,7 +300,7 @@ func objectName(o runtime.Object) string {
 // nil when there is none.
 func (f *fixture) ownRecord() *mcsv1beta1.ServiceImport {
 	f.t.Helper()
-	list, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testBrokerNS).List(f.ctx,
+	list, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testOwnNS).List(f.ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(testCluster, testNamespace, testName).String()})
 	f.check(err)
 	switch len(list.Items) {
@@ -309,7 +317,7 @@ func (f *fixture) ownRecord() *mcsv1beta1.ServiceImport {
 // service.
 func (f *fixture) ownSlices() []discoveryv1.EndpointSlice {
 	f.t.Helper()
-	list, err := f.broker.DiscoveryV1().EndpointSlices(testBrokerNS).List(f.ctx,
+	list, err := f.broker.DiscoveryV1().EndpointSlices(testOwnNS).List(f.ctx,
 		metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(testCluster, testNamespace, testName).String()})
 	f.check(err)
 	return list.Items
@@ -444,6 +452,6 @@ func otherRecord(cluster string, created time.Time, mutate func(*record.Export))
 		mutate(&e)
 	}
 	si := record.Encode(e)
-	si.Namespace = testBrokerNS
+	si.Namespace = record.MemberNamespace(testBrokerNS, cluster)
 	return si
 }

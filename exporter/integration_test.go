@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -91,7 +90,7 @@ func (e *env) records(ns, name string, clusters ...string) map[string]record.Exp
 	var out map[string]record.Export
 	var seen []string
 	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
+		list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
 		if err != nil {
 			return false, nil
 		}
@@ -171,7 +170,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 			}
 		}
 		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			list, err := cs.Broker.Kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(c1.ID, "app", "np").String()})
+			list, err := cs.Broker.Kube.DiscoveryV1().EndpointSlices(c1.BrokerNamespace()).List(ctx, metav1.ListOptions{LabelSelector: record.ClusterServiceSelector(c1.ID, "app", "np").String()})
 			if err != nil || len(list.Items) != 1 || len(list.Items[0].Endpoints) != 1 {
 				return false, nil
 			}
@@ -202,7 +201,7 @@ func TestExporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		}
 		e.records("app", "np")
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			list, err := cs.Broker.Kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector("app", "np").String()})
+			list, err := cs.Broker.Kube.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector("app", "np").String()})
 			return err == nil && len(list.Items) == 0, nil
 		})
 		if err != nil {

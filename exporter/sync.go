@@ -64,7 +64,7 @@ func (c *Controller) sync(ctx context.Context, namespace, name string) error {
 	// cluster's record, if that is later than the ServiceExport's time.
 	asRead := own
 	if existing != nil {
-		asRead.Created = record.Witnessed(own.Created, existing.CreationTimestamp)
+		asRead.Created = record.Witnessed(own.Created, record.StoredAt(existing))
 	}
 	vips, vipErr := c.vips.chooseVIPs(asRead, others)
 	own.VIPs = vips
@@ -117,6 +117,7 @@ func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1b
 	if err != nil {
 		return nil, nil, err
 	}
+	rules := c.exportRules()
 	var others []record.Export
 	var own *mcsv1beta1.ServiceImport
 	for _, o := range objs {
@@ -129,16 +130,22 @@ func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1b
 			klog.V(2).InfoS("Ignoring a malformed broker record", "record", klog.KObj(o), "err", err)
 			continue
 		}
+		// As importers do: a record the export rules keep out (written
+		// before the rule) counts for nothing.
+		if ok, rule := rules.Allows(e.Namespace, e.Cluster); !ok {
+			klog.V(2).InfoS("Ignoring a broker record the export rules keep out", "record", klog.KObj(o), "rule", rule.Name)
+			continue
+		}
 		others = append(others, e)
 	}
 	return others, own, nil
 }
 
 func (c *Controller) writeRecord(ctx context.Context, existing *mcsv1beta1.ServiceImport, own record.Export) error {
-	records := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.cfg.BrokerNamespace)
+	records := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.memberNamespace)
 	if existing == nil {
 		obj := record.Encode(own)
-		obj.Namespace = c.cfg.BrokerNamespace
+		obj.Namespace = c.memberNamespace
 		_, err := records.Create(ctx, obj, metav1.CreateOptions{})
 		switch {
 		case apierrors.IsAlreadyExists(err):
@@ -176,7 +183,7 @@ func (c *Controller) writeSlices(ctx context.Context, namespace, name string) er
 	if err != nil {
 		return err
 	}
-	return c.applier.Apply(ctx, c.cfg.BrokerNamespace, want, have, false)
+	return c.applier.Apply(ctx, c.memberNamespace, want, have, false)
 }
 
 // withdraw removes this cluster's record and slices of a service.
@@ -190,7 +197,7 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 		if r.Labels[record.LabelSourceCluster] != c.cfg.ClusterID {
 			continue
 		}
-		err := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.cfg.BrokerNamespace).Delete(ctx, r.Name, metav1.DeleteOptions{})
+		err := c.cfg.BrokerMCS.MulticlusterV1beta1().ServiceImports(c.memberNamespace).Delete(ctx, r.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("withdrawing broker record %s: %w", r.Name, err))
 			continue

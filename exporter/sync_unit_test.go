@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
 )
@@ -153,8 +154,8 @@ func TestSyncWritesThisClustersRecordAndSlices(t *testing.T) {
 		if si == nil {
 			t.Fatal("no broker record")
 		}
-		if si.Namespace != testBrokerNS || si.Name != "shop.cart.east" {
-			t.Fatalf("record %s/%s, want %s/shop.cart.east", si.Namespace, si.Name, testBrokerNS)
+		if si.Namespace != testOwnNS || si.Name != "shop.cart.east" {
+			t.Fatalf("record %s/%s, want %s/shop.cart.east", si.Namespace, si.Name, testOwnNS)
 		}
 		if si.Labels[record.LabelSourceCluster] != testCluster {
 			t.Fatalf("record labels %v, want source cluster %q", si.Labels, testCluster)
@@ -197,8 +198,8 @@ func TestSyncWritesThisClustersRecordAndSlices(t *testing.T) {
 		var addrs []string
 		for _, ep := range s.Endpoints {
 			addrs = append(addrs, ep.Addresses...)
-			if ep.TargetRef == nil || ep.TargetRef.UID != "" || ep.TargetRef.Name != "cart-"+ep.Addresses[0] {
-				t.Fatalf("endpoint %s refers to %+v, want the pod by name only", ep.Addresses[0], ep.TargetRef)
+			if ep.TargetRef != nil || ep.NodeName != nil || ep.Zone != nil {
+				t.Fatalf("endpoint %s names this cluster's objects: %+v", ep.Addresses[0], ep)
 			}
 		}
 		if want := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}; !slices.Equal(addrs, want) {
@@ -297,7 +298,7 @@ func TestSyncWithdrawsWhatIsNoLongerExported(t *testing.T) {
 			if s := f.ownSlices(); len(s) > 0 {
 				t.Fatalf("%d broker EndpointSlices are still on the broker", len(s))
 			}
-			if _, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(testBrokerNS).Get(f.ctx, "shop.cart.west", metav1.GetOptions{}); err != nil {
+			if _, err := f.brokerMCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(testBrokerNS, "west")).Get(f.ctx, "shop.cart.west", metav1.GetOptions{}); err != nil {
 				t.Fatalf("another cluster's record went too: %v", err)
 			}
 		})
@@ -327,7 +328,7 @@ func TestSyncKeepsTheBrokerInStepWithTheCluster(t *testing.T) {
 				s := f.ownSlices()[0]
 				s.Endpoints = nil
 				s.Labels[record.LabelManagedBy] = "someone-else"
-				f.check(f.broker.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), &s, testBrokerNS))
+				f.check(f.broker.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), &s, testOwnNS))
 				f.settle()
 			},
 			want: []string{"update endpointslices shop.cart.east.ipv4-0"},
@@ -341,7 +342,7 @@ func TestSyncKeepsTheBrokerInStepWithTheCluster(t *testing.T) {
 		{
 			name: "a broker slice someone else deleted is written again",
 			change: func(f *fixture) {
-				f.check(f.broker.Tracker().Delete(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), testBrokerNS, "shop.cart.east.ipv4-0"))
+				f.check(f.broker.Tracker().Delete(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), testOwnNS, "shop.cart.east.ipv4-0"))
 				f.settle()
 			},
 			want: []string{"create endpointslices shop.cart.east.ipv4-0"},
@@ -351,7 +352,7 @@ func TestSyncKeepsTheBrokerInStepWithTheCluster(t *testing.T) {
 			change: func(f *fixture) {
 				s := f.ownSlices()[0]
 				s.Endpoints = nil
-				f.check(f.broker.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), &s, testBrokerNS))
+				f.check(f.broker.Tracker().Update(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), &s, testOwnNS))
 				inf := f.brokerInf.OwnSlices()
 				f.check(inf.GetIndexer().Delete(&s))
 				f.clearActions()
@@ -367,7 +368,7 @@ func TestSyncKeepsTheBrokerInStepWithTheCluster(t *testing.T) {
 			name: "a broker slice of a family the cluster no longer has is deleted",
 			change: func(f *fixture) {
 				s := brokerSlices(testCluster, testNamespace, testName, []*discoveryv1.EndpointSlice{localSlice("x", "10.0.0.1")})[0]
-				s.Namespace, s.Name = testBrokerNS, "shop.cart.east.ipv6-0"
+				s.Namespace, s.Name = testOwnNS, "shop.cart.east.ipv6-0"
 				f.add(s)
 			},
 			want: []string{"delete endpointslices shop.cart.east.ipv6-0"},
@@ -446,6 +447,30 @@ func TestSyncReportsHowThisExportMergesWithOthers(t *testing.T) {
 			message: []string{`Using "Headless"`, "its endpoints are left out of the service"},
 		},
 		{
+			name: "an older record the export rules keep out is ignored",
+			others: []runtime.Object{
+				otherRecord("west", older, func(e *record.Export) { e.Type = mcsv1beta1.Headless }),
+				&corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Namespace: testBrokerNS, Name: broker.ExportRuleName("shop"), Labels: map[string]string{broker.LabelExportRule: ""}},
+					Data:       map[string]string{broker.ExportRuleNamespacesKey: testNamespace, broker.ExportRuleMembersKey: testCluster},
+				},
+			},
+			status:  metav1.ConditionFalse,
+			reason:  string(mcsv1beta1.ServiceExportReasonNoConflicts),
+			message: []string{"this is the only export of the service"},
+		},
+		{
+			name: "an older record being deleted is ignored",
+			others: []runtime.Object{func() runtime.Object {
+				si := otherRecord("west", older, func(e *record.Export) { e.Type = mcsv1beta1.Headless })
+				si.DeletionTimestamp, si.Finalizers = ptr.To(metav1.Now()), []string{"example.com/keep"}
+				return si
+			}()},
+			status:  metav1.ConditionFalse,
+			reason:  string(mcsv1beta1.ServiceExportReasonNoConflicts),
+			message: []string{"this is the only export of the service"},
+		},
+		{
 			name: "a malformed record of another cluster is ignored",
 			others: []runtime.Object{func() runtime.Object {
 				si := otherRecord("west", older, func(e *record.Export) { e.Type = mcsv1beta1.Headless })
@@ -514,11 +539,11 @@ func TestSyncBringsUpToDateWhatTheBrokerHasButTheCacheDoesNot(t *testing.T) {
 		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 	}
 	rec := record.Encode(stale)
-	rec.Namespace = testBrokerNS
+	rec.Namespace = testOwnNS
 	f.check(f.brokerMCS.Tracker().Add(rec))
 	old := localSlice("ignored", "10.9.9.9")
 	old.ObjectMeta = metav1.ObjectMeta{
-		Namespace: testBrokerNS,
+		Namespace: testOwnNS,
 		Name:      record.EndpointSliceName(testCluster, testNamespace, testName, discoveryv1.AddressTypeIPv4, 0),
 		Labels:    record.EndpointSliceLabels(testCluster, testNamespace, testName),
 	}

@@ -105,7 +105,7 @@ func BenchmarkExportToImport(b *testing.B) {
 		onBroker := &firstSeen{seen: map[string]time.Time{}}
 		imported := &firstSeen{seen: map[string]time.Time{}}
 		watchCtx, stopWatching := context.WithCancel(ctx)
-		brokerInf := mcsinformers.NewSharedInformerFactoryWithOptions(cs.Broker.MCS, 0, mcsinformers.WithNamespace(broker.DefaultNamespace))
+		brokerInf := mcsinformers.NewSharedInformerFactoryWithOptions(cs.Broker.MCS, 0, mcsinformers.WithNamespace(c1.BrokerNamespace()))
 		recordHandler := func(obj any) {
 			si, ok := obj.(*mcsv1beta1.ServiceImport)
 			if ok && si.Labels[record.LabelServiceNamespace] == ns && si.Labels[record.LabelSourceCluster] == c1.ID {

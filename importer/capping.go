@@ -142,9 +142,13 @@ func (c *Controller) onRecordAdded(obj any) {
 		return
 	}
 	cluster := r.Labels[record.LabelSourceCluster]
-	if ns := r.Labels[record.LabelServiceNamespace]; c.namespaceDenied(ns) {
+	if cluster == "" {
+		// Not a member's (see record.OnlyMembers): no cluster's to count.
+		return
+	}
+	if ns, name := r.Labels[record.LabelServiceNamespace], r.Labels[record.LabelServiceName]; c.serviceDenied(ns, name) {
 		c.cfg.Metrics.ignoredRecord(ReasonNamespaceDenied, 1)
-		klog.V(2).InfoS("Ignoring a broker record: its namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "namespace", ns)
+		klog.V(2).InfoS("Ignoring a broker record: its service or namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "service", klog.KRef(ns, name))
 	}
 	now, soon, ignored := c.caps.added(cluster, keyOf(r))
 	switch {
@@ -163,6 +167,9 @@ func (c *Controller) onRecordAdded(obj any) {
 func (c *Controller) onRecordDeleted(obj any) {
 	r, ok := tombstone.Object[*record.Cached](obj)
 	if !ok {
+		return
+	}
+	if r.Labels[record.LabelSourceCluster] == "" {
 		return
 	}
 	if c.caps.removed(r.Labels[record.LabelSourceCluster]) {

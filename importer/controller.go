@@ -50,8 +50,12 @@ type Config struct {
 	// ignored. Empty: VIPs are checked against the block claims only.
 	ClusterSetCIDRs []netip.Prefix
 	// DeniedNamespaces are namespaces whose services are never imported
-	// (nil: DefaultDeniedNamespaces; empty: none).
+	// (nil: DefaultDeniedNamespaces; empty: none), besides mcsd's own
+	// namespace (the one of Liveness's ConfigMap), which never is.
 	DeniedNamespaces []string
+	// DeniedServices are services, "<namespace>/<name>", never imported
+	// (nil: DefaultDeniedServices; empty: none).
+	DeniedServices []string
 	// MaxServicesPerCluster is how many export records one cluster may
 	// contribute; its newest beyond that are ignored (default
 	// DefaultMaxServicesPerCluster).
@@ -84,8 +88,15 @@ type Liveness interface {
 
 // DefaultDeniedNamespaces are the namespaces not imported when
 // Config.DeniedNamespaces is nil: no member may place a ServiceImport or
-// endpoints among the cluster's own system services.
-var DefaultDeniedNamespaces = []string{"kube-system"}
+// endpoints among the cluster's own system services. mcsd's own namespace
+// (the one of the liveness ConfigMap) is never imported either.
+var DefaultDeniedNamespaces = []string{"kube-system", "kube-public"}
+
+// DefaultDeniedServices are the services ("<namespace>/<name>") not
+// imported when Config.DeniedServices is nil: the API server's Service,
+// whose name in clusterset DNS a member could otherwise answer with its own
+// ClusterSetIP.
+var DefaultDeniedServices = []string{"default/kubernetes"}
 
 // Indexes on the informers' caches, so one sync reads only its service's
 // objects among tens of thousands.
@@ -112,10 +123,11 @@ type Controller struct {
 	ownSlices    cache.Indexer // local MCS EndpointSlices written by the importer
 	imports      mcslisters.ServiceImportLister
 	namespaces   corelisters.NamespaceLister
-	// claims and declarations: ClusterSetIP block claims and member
-	// declarations, the ConfigMaps the trust checks read.
+	// claims, declarations and rules: ClusterSetIP block claims, member
+	// declarations and export rules, the ConfigMaps the trust checks read.
 	claims       cache.Store
 	declarations cache.Store
+	rules        cache.Store
 
 	// capQueue holds clusters whose cap is due for reevaluation.
 	capQueue workqueue.TypedDelayingInterface[string]
@@ -134,6 +146,8 @@ type Controller struct {
 	undeclared map[string]bool
 	caps       *capBook
 	denied     map[string]bool
+	// deniedServices are "<namespace>/<name>" keys never imported.
+	deniedServices map[string]bool
 	// rejected is, per service, what the last sync refused of its
 	// records, so each refusal is counted, logged and told once.
 	rejectedMu sync.Mutex
@@ -168,18 +182,16 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 		denied:     map[string]bool{},
 		rejected:   map[string]map[string]rejection{},
 	}
-	for _, ns := range cfg.DeniedNamespaces {
-		c.denied[ns] = true
-	}
+	c.denyImports()
 	c.cleanup = newPacer(cfg.CleanupRate, c.Queue.Add)
 	c.slices = c.sliceApplier()
-	records, remoteSlices, claims, decls := broker.Records(), broker.Slices(), broker.Claims(), broker.Declarations()
+	records, remoteSlices, claims, decls, rules := broker.Records(), broker.Slices(), broker.Claims(), broker.Declarations(), broker.ExportRules()
 	imports, ownSlices, namespaces := local.Imports(), local.MCSSlices(), local.Namespaces()
 	if err := c.index(records, remoteSlices, ownSlices); err != nil {
 		return nil, err
 	}
 	c.records, c.remoteSlices, c.ownSlices = records.GetIndexer(), remoteSlices.GetIndexer(), ownSlices.GetIndexer()
-	c.claims, c.declarations = claims.GetStore(), decls.GetStore()
+	c.claims, c.declarations, c.rules = claims.GetStore(), decls.GetStore(), rules.GetStore()
 	c.imports = mcslisters.NewServiceImportLister(imports.GetIndexer())
 	c.namespaces = corelisters.NewNamespaceLister(namespaces.GetIndexer())
 	logger := klog.Background().WithName("importer")
@@ -200,6 +212,7 @@ func New(cfg Config, local *caches.Local, broker *caches.Broker) (*Controller, e
 		}),
 		c.Handle(claims, controller.OnAny(func(any) { c.claimsChanged() })),
 		c.Handle(decls, controller.OnAny(func(any) { c.declarationsChanged() })),
+		c.Handle(rules, controller.OnAny(func(any) { c.rulesChanged() })),
 	)
 	if err != nil {
 		c.Release()
@@ -232,6 +245,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DeniedNamespaces == nil {
 		cfg.DeniedNamespaces = DefaultDeniedNamespaces
 	}
+	if cfg.DeniedServices == nil {
+		cfg.DeniedServices = DefaultDeniedServices
+	}
 	if cfg.MaxServicesPerCluster <= 0 {
 		cfg.MaxServicesPerCluster = DefaultMaxServicesPerCluster
 	}
@@ -239,6 +255,19 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	return cfg, nil
+}
+
+// denyImports fills the denylists: the namespaces and services never
+// imported, mcsd's own namespace (its liveness ConfigMap's) whatever
+// Config.DeniedNamespaces says.
+func (c *Controller) denyImports() {
+	for _, ns := range append(slices.Clone(c.cfg.DeniedNamespaces), c.live.Object().Namespace) {
+		c.denied[ns] = true
+	}
+	c.deniedServices = map[string]bool{}
+	for _, key := range c.cfg.DeniedServices {
+		c.deniedServices[key] = true
+	}
 }
 
 // index adds the importer's indexes to its informers, those it shares

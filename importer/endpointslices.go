@@ -76,7 +76,7 @@ func desiredSlices(si *mcsv1beta1.ServiceImport, sources []source) []*discoveryv
 		}
 		// A group without endpoints still gets its (empty) slice: the
 		// cluster exports the service in that family.
-		out = append(out, endpointgroup.Slices(endpointgroup.Of(src.slices, opts), func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
+		out = append(out, endpointgroup.Slices(endpointgroup.Of(src.slices, opts), endpointgroup.MaxPerSlice, func(family discoveryv1.AddressType, index int) metav1.ObjectMeta {
 			return metav1.ObjectMeta{
 				Name:            mcsslice.Name(si.Name, cluster, family, index),
 				Namespace:       si.Namespace,

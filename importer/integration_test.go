@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
@@ -234,7 +233,7 @@ func dump(si *mcsv1beta1.ServiceImport) string {
 // should.
 func (e *env) brokerMerge(ns, name string) merge.Result {
 	e.t.Helper()
-	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -751,14 +750,14 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		// cluster3 still serves its own endpoints to itself.
 		e.endpointsBySource(c3, "app", "ttl", 5*time.Second, both)
 
-		lease, err := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName(c3.ID), metav1.GetOptions{})
+		lease, err := cs.Broker.Kube.CoordinationV1().Leases(c3.BrokerNamespace()).Get(ctx, record.LeaseName(c3.ID), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.startExporter(c3)
 		var renewed time.Time
 		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, minute, true, func(ctx context.Context) (bool, error) {
-			l, err := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName(c3.ID), metav1.GetOptions{})
+			l, err := cs.Broker.Kube.CoordinationV1().Leases(c3.BrokerNamespace()).Get(ctx, record.LeaseName(c3.ID), metav1.GetOptions{})
 			renewed = time.Now()
 			return err == nil && l.ResourceVersion != lease.ResourceVersion, nil
 		})

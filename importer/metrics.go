@@ -25,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m := &Metrics{
 		ignoredRecords: counter("ignored_records_total",
-			"Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out).", "reason"),
+			"Broker export records ignored whole, by reason (NamespaceDenied: as they arrive; OverServiceCap: as a cluster's cap is reevaluated; ClusterGonePastGrace: as a cluster's grace runs out; ExportNotAllowed: as a service's sync leaves out a record the broker's export rules keep out).", "reason"),
 		rejectedVIPs: counter("rejected_clustersetips_total",
 			"ClusterSetIPs of broker records ignored, by reason (ClusterSetIPOutsideRange, ClusterSetIPNotOwned); each counted once when first rejected.", "reason"),
 		droppedEPs: counter("dropped_endpoints_total",
@@ -58,6 +58,10 @@ func (m *Metrics) ignoredRecord(reason string, n int) {
 // endpoints.
 func (m *Metrics) rejected(reason string, n int) {
 	if n <= 0 {
+		return
+	}
+	if reason == ReasonExportNotAllowed {
+		m.ignoredRecords.WithLabelValues(reason).Add(float64(n))
 		return
 	}
 	if reason == ReasonEndpointsOutsidePodCIDRs {

@@ -28,19 +28,25 @@ func (c *Controller) sync(ctx context.Context, namespace, name string) error {
 	if err != nil {
 		return err
 	}
-	if c.namespaceDenied(namespace) {
-		// Never imported; one imported before the namespace was denied goes.
-		logger.V(4).Info("Not importing: the namespace is denied")
+	if c.serviceDenied(namespace, name) {
+		// Never imported; one imported before it was denied goes.
+		logger.V(4).Info("Not importing: the service or its namespace is denied")
 		return c.remove(ctx, namespace, name, si)
 	}
 	exports, err := c.exportsOf(ctx, namespace, name)
 	if err != nil {
 		return err
 	}
+	exports, rejected := c.checkExportRules(exports)
 	if len(exports) == 0 {
-		return c.remove(ctx, namespace, name, si)
+		// Said (logged and counted) after the removal, which forgets what
+		// was said of the service, so that it is said once.
+		err := c.remove(ctx, namespace, name, si)
+		c.noteRejections(ctx, key, rejected)
+		return err
 	}
-	exports, rejected := c.checkVIPs(exports)
+	exports, vipRejected := c.checkVIPs(exports)
+	rejected = append(rejected, vipRejected...)
 	res, err := merge.Merge(exports)
 	if err != nil {
 		return fmt.Errorf("merging the records of %s: %w", key, err)
@@ -147,9 +153,11 @@ func (c *Controller) exportsOf(ctx context.Context, namespace, name string) ([]r
 	return exports, nil
 }
 
-// namespaceDenied reports whether services of namespace are never
-// imported.
-func (c *Controller) namespaceDenied(namespace string) bool { return c.denied[namespace] }
+// serviceDenied reports whether the service namespace/name is never imported:
+// it, or its namespace, is on the denylist.
+func (c *Controller) serviceDenied(namespace, name string) bool {
+	return c.denied[namespace] || c.deniedServices[namespace+"/"+name]
+}
 
 // noteRejections records what the sync of key refused and returns what it
 // did not refuse last time: each is counted and logged here once, and told

@@ -31,7 +31,9 @@ import (
 //     (clustersetip.Rule, which the exporters apply too);
 //   - a remote endpoint counts only when its addresses lie inside the pod
 //     CIDRs the broker's administrator declared for its cluster
-//     (broker.ParseDeclaration).
+//     (broker.ParseDeclaration);
+//   - a record counts only when the broker's export rules let its cluster
+//     export its namespace (broker.ExportRules), whenever it was written.
 //
 // What is rejected is said on the ServiceImport (the Rejected condition
 // and a Warning event naming the cluster and the address), in a metric and
@@ -50,6 +52,9 @@ const (
 	// ReasonEndpointsOutsidePodCIDRs: endpoints of a cluster lie outside
 	// the pod CIDRs declared for it.
 	ReasonEndpointsOutsidePodCIDRs = "EndpointsOutsidePodCIDRs"
+	// ReasonExportNotAllowed: the broker's export rules do not let the
+	// record's cluster export its namespace; the record is left out whole.
+	ReasonExportNotAllowed = "ExportNotAllowed"
 )
 
 // ConditionRejected is the type of the ServiceImport condition that says
@@ -72,6 +77,15 @@ type trust struct {
 	// declared holds each member's declaration; a member without one is
 	// absent.
 	declared map[string]broker.Declaration
+	// rules are the broker's export rules.
+	rules broker.ExportRules
+}
+
+// exportRules are the export rules as they stand now.
+func (t *trust) exportRules() broker.ExportRules {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.rules
 }
 
 // rule is the VIP rule as the claims stand now.
@@ -157,6 +171,8 @@ func (r rejection) message() string {
 		return fmt.Sprintf("cluster %s: ClusterSetIP %s; ignored", r.cluster, r.what)
 	case ReasonEndpointsOutsidePodCIDRs:
 		return fmt.Sprintf("cluster %s: %d endpoints outside its declared pod CIDRs dropped (%s)", r.cluster, r.count, r.what)
+	case ReasonExportNotAllowed:
+		return fmt.Sprintf("cluster %s: its export is left out: %s", r.cluster, r.what)
 	}
 	return fmt.Sprintf("cluster %s: %s", r.cluster, r.what)
 }
@@ -191,6 +207,28 @@ func (c *Controller) checkVIPs(exports []record.Export) ([]record.Export, []reje
 		out = append(out, rejection{reason: r.Reason, cluster: r.Cluster, what: what, count: 1})
 	}
 	return checked, out
+}
+
+// checkExportRules returns the exports the broker's export rules allow,
+// and a rejection for each of the others: their clusters may not export
+// the service's namespace (the broker refuses such writes; these were made
+// before the rule).
+func (c *Controller) checkExportRules(exports []record.Export) ([]record.Export, []rejection) {
+	rules := c.trust.exportRules()
+	if len(rules) == 0 {
+		return exports, nil
+	}
+	var out []rejection
+	kept := exports[:0:0]
+	for _, e := range exports {
+		if ok, rule := rules.Allows(e.Namespace, e.Cluster); !ok {
+			out = append(out, rejection{reason: ReasonExportNotAllowed, cluster: e.Cluster, count: 1,
+				what: fmt.Sprintf("the broker's export rule %s lets only %s export namespace %s", rule.Name, strings.Join(rule.Members, ","), e.Namespace)})
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, out
 }
 
 // endpointFilter returns whether an endpoint of cluster is kept, and
@@ -263,6 +301,29 @@ func (c *Controller) noteUndeclared(cluster string) {
 	c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeWarning, EventClusterUndeclared,
 		"Cluster %s has no member declaration (ConfigMap %s/%s): its endpoints are imported without checking them against its pod CIDRs",
 		cluster, c.cfg.BrokerNamespace, broker.DeclarationName(cluster))
+}
+
+// rulesChanged reloads the export rules and, once the importer runs,
+// resyncs every service: a rule may let in or keep out any of them.
+func (c *Controller) rulesChanged() {
+	var cms []*corev1.ConfigMap
+	for _, o := range c.rules.List() {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			cms = append(cms, cm)
+		}
+	}
+	rules := broker.ParseExportRules(cms)
+	c.trust.mu.Lock()
+	changed := !slices.EqualFunc(c.trust.rules, rules, func(a, b broker.ExportRule) bool {
+		return a.Name == b.Name && slices.Equal(a.Namespaces, b.Namespaces) && slices.Equal(a.Members, b.Members)
+	})
+	c.trust.rules = rules
+	c.trust.mu.Unlock()
+	if !changed || !c.Synced() {
+		return
+	}
+	klog.V(2).InfoS("Export rules changed", "rules", len(rules))
+	c.resyncAll()
 }
 
 // claimsChanged recomputes the block owners and resyncs every service

@@ -113,9 +113,13 @@ func (r *remote) export(x exported) {
 	if x.extraPort != 0 {
 		ex.Ports = append(ex.Ports, mcsv1beta1.ServicePort{Name: "extra", Protocol: corev1.ProtocolTCP, Port: x.extraPort})
 	}
+	own, err := fixture.CreateMemberNamespace(r.e.ctx, r.e.cs.Broker.Kube, r.id)
+	if err != nil {
+		r.e.t.Fatal(err)
+	}
 	obj := record.Encode(ex)
-	obj.Namespace = broker.DefaultNamespace
-	if _, err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Create(r.e.ctx, obj, metav1.CreateOptions{}); err != nil {
+	obj.Namespace = own
+	if _, err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(own).Create(r.e.ctx, obj, metav1.CreateOptions{}); err != nil {
 		r.e.t.Fatal(err)
 	}
 	slice := &discoveryv1.EndpointSlice{
@@ -135,7 +139,7 @@ func (r *remote) export(x exported) {
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "kube-system", Name: "coredns-0"},
 		})
 	}
-	if _, err := r.e.cs.Broker.Kube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(r.e.ctx, slice, metav1.CreateOptions{}); err != nil {
+	if _, err := r.e.cs.Broker.Kube.DiscoveryV1().EndpointSlices(own).Create(r.e.ctx, slice, metav1.CreateOptions{}); err != nil {
 		r.e.t.Fatal(err)
 	}
 }
@@ -143,7 +147,7 @@ func (r *remote) export(x exported) {
 // unexport deletes the cluster's record of a service.
 func (r *remote) unexport(ns, name string) {
 	r.e.t.Helper()
-	err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(r.e.ctx, record.Name(r.id, ns, name), metav1.DeleteOptions{})
+	err := r.e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(broker.DefaultNamespace, r.id)).Delete(r.e.ctx, record.Name(r.id, ns, name), metav1.DeleteOptions{})
 	if err != nil {
 		r.e.t.Fatal(err)
 	}
@@ -339,6 +343,93 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		}
 	})
 
+	t.Run("default/kubernetes and mcsd's own namespace are never imported", func(t *testing.T) {
+		e.t = t
+		e.namespace(liveness.DefaultNamespace, home)
+		before := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonNamespaceDenied})
+		attacker.export(exported{ns: "default", name: "kubernetes", vips: []string{"243.2.0.1"}})
+		attacker.export(exported{ns: liveness.DefaultNamespace, name: "mcsd-dns", vips: []string{"243.2.0.2"}})
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, minute, true, func(context.Context) (bool, error) {
+			return metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonNamespaceDenied}) == before+2, nil
+		})
+		if err != nil {
+			t.Fatal("the denied records were not counted")
+		}
+		east.export(exported{ns: "app", name: "after-kubernetes", vips: []string{"243.1.0.16"}})
+		e.imported(home, "app", "after-kubernetes", minute, "imported", func(*mcsv1beta1.ServiceImport) bool { return true })
+		for _, key := range [][2]string{{"default", "kubernetes"}, {liveness.DefaultNamespace, "mcsd-dns"}} {
+			if _, err := home.MCS.MulticlusterV1beta1().ServiceImports(key[0]).Get(ctx, key[1], metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a ServiceImport %s/%s: %v", key[0], key[1], err)
+			}
+		}
+	})
+
+	t.Run("a record being deleted counts as gone, whatever holds it", func(t *testing.T) {
+		e.t = t
+		rogue := e.remote("rogue")
+		rogue.claim("243.8.0.0/16")
+		rogue.beat()
+		rogue.export(exported{ns: "app", name: "held", vips: []string{"243.8.0.1"}})
+		e.imported(home, "app", "held", minute, "imported", func(*mcsv1beta1.ServiceImport) bool { return true })
+		// A finalizer from before the broker refused them (only an
+		// administrator can still set one), then a delete.
+		records := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(record.MemberNamespace(broker.DefaultNamespace, "rogue"))
+		si, err := records.Get(ctx, record.Name("rogue", "app", "held"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		si.Finalizers = []string{"example.com/keep"}
+		if _, err := records.Update(ctx, si, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rogue.unexport("app", "held")
+		e.gone(home, "app", "held", minute)
+		si, err = records.Get(ctx, si.Name, metav1.GetOptions{})
+		if err != nil || si.DeletionTimestamp == nil {
+			t.Fatalf("the record is not held: %v", err)
+		}
+		si.Finalizers = nil
+		if _, err := records.Update(ctx, si, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("export rules leave out the records of clusters they keep out, and say so", func(t *testing.T) {
+		e.t = t
+		east.export(exported{ns: "app", name: "ruled", vips: []string{"243.1.0.17"}, endpoints: []string{"10.1.0.17"}})
+		e.imported(home, "app", "ruled", minute, "from east", func(si *mcsv1beta1.ServiceImport) bool { return len(si.Status.Clusters) == 1 })
+		e.afterStored("app", "ruled")
+		squatter := e.remote("squatter")
+		squatter.claim("243.9.0.0/16")
+		squatter.beat()
+		squatter.export(exported{ns: "app", name: "ruled", headless: true, endpoints: []string{"10.9.0.17"}})
+		squatter.export(exported{ns: "app", name: "squatted", vips: []string{"243.9.0.17"}})
+		e.imported(home, "app", "ruled", minute, "with the squatter too, in conflict", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Status.Clusters) == 1 && si.Spec.Type == mcsv1beta1.ClusterSetIP
+		})
+		e.imported(home, "app", "squatted", minute, "from the squatter", func(*mcsv1beta1.ServiceImport) bool { return true })
+		rule := broker.ExportRule{Name: "app", Namespaces: []string{"app"}, Members: []string{"east", "late", "rogue"}}
+		if err := broker.SetExportRule(ctx, cs.Broker.Config, broker.DefaultNamespace, rule); err != nil {
+			t.Fatal(err)
+		}
+		si := e.imported(home, "app", "ruled", minute, "saying the squatter's record is left out", func(si *mcsv1beta1.ServiceImport) bool {
+			c := rejectedCond(si)
+			return c != nil && c.Reason == importer.ReasonExportNotAllowed && len(si.Status.Clusters) == 1 && si.Status.Clusters[0].Cluster == "east"
+		})
+		if msg := rejectedCond(si).Message; !strings.Contains(msg, "squatter") || !strings.Contains(msg, "export rule app") {
+			t.Fatalf("condition message %q", msg)
+		}
+		e.event(home, "app", "ruled", importer.ReasonExportNotAllowed)
+		e.gone(home, "app", "squatted", minute)
+		if n := metricValue(imp.Registry, "mcsd_importer_ignored_records_total", map[string]string{"reason": importer.ReasonExportNotAllowed}); n < 2 {
+			t.Fatalf("records left out by export rules counted %v, want 2 at least", n)
+		}
+		if err := broker.DeleteExportRule(ctx, cs.Broker.Kube, broker.DefaultNamespace, "app"); err != nil {
+			t.Fatal(err)
+		}
+		e.imported(home, "app", "squatted", minute, "back once the rule went", func(*mcsv1beta1.ServiceImport) bool { return true })
+	})
+
 	t.Run("an importer that allows the namespace imports it, and one that denies it removes it", func(t *testing.T) {
 		e.t = t
 		imp.Stop()
@@ -360,7 +451,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 			flood.export(exported{ns: "app", name: fmt.Sprintf("flood-%d", i), vips: []string{fmt.Sprintf("243.5.0.%d", i+1)}})
 		}
 		// The oldest by the broker's creationTimestamp, then name, are kept.
-		list, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=flood"})
+		list, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=flood"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +497,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 		e.liveness(home, minute, "saying old is gone", func(s liveness.State) bool { return s.Clusters["old"] == liveness.Gone })
 		e.endpointsBySource(home, "app", "ghost", minute, map[string][]string{})
 		// Dead by its own renewTime too, allowing for the clock skew.
-		lease, err := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName("old"), metav1.GetOptions{})
+		lease, err := cs.Broker.Kube.CoordinationV1().Leases(record.MemberNamespace(broker.DefaultNamespace, "old")).Get(ctx, record.LeaseName("old"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +574,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 // brokerRecords lists the broker's records of a service.
 func (e *env) brokerRecords(ns, name string) []mcsv1beta1.ServiceImport {
 	e.t.Helper()
-	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -512,7 +603,7 @@ func (e *env) afterStored(ns, name string) {
 // brokerServices is the number of services with records on the broker.
 func (e *env) brokerServices() int {
 	e.t.Helper()
-	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{LabelSelector: record.LabelServiceNamespace})
 	if err != nil {
 		e.t.Fatal(err)
 	}

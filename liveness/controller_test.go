@@ -28,7 +28,7 @@ func TestAClusterWhoseLeaseStopsIsPublishedGoneAndBack(t *testing.T) {
 	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
 	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNS, Name: record.LeaseName("west"), ResourceVersion: "1", Labels: record.LeaseLabels("west")},
+		ObjectMeta: metav1.ObjectMeta{Namespace: record.MemberNamespace(brokerNS, "west"), Name: record.LeaseName("west"), ResourceVersion: "1", Labels: record.LeaseLabels("west")},
 		Spec:       coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(now))},
 	}
 	local := kubefake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -91,7 +91,7 @@ func TestAClusterWhoseLeaseStopsIsPublishedGoneAndBack(t *testing.T) {
 
 	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(clk.Now()))
 	lease.ResourceVersion = "2"
-	if _, err := brokerKube.CoordinationV1().Leases(brokerNS).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+	if _, err := brokerKube.CoordinationV1().Leases(lease.Namespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	published("after it renewed", Live)
@@ -110,5 +110,36 @@ func TestAClusterWhoseLeaseStopsIsPublishedGoneAndBack(t *testing.T) {
 	})
 	if len(kinds) != 3 || kinds[0] != ClusterLive || kinds[1] != ClusterGone || kinds[2] != ClusterLive {
 		t.Fatalf("told %v of west, want live, gone, live", kinds)
+	}
+}
+
+// The probe reads the Leases as the informer does: across the members'
+// namespaces, each counting only in its own cluster's.
+func TestTheProbeReadsEachLeaseInItsClustersNamespaceOnly(t *testing.T) {
+	const brokerNS = "mcsd-broker"
+	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	lease := func(namespace, cluster string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: record.LeaseName(cluster), ResourceVersion: "1", Labels: record.LeaseLabels(cluster)},
+			Spec:       coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(now))},
+		}
+	}
+	brokerKube := kubefake.NewClientset(
+		lease(record.MemberNamespace(brokerNS, "west"), "west"),
+		// Written where its cluster may not write: by someone else.
+		lease(brokerNS, "north"),
+		lease(record.MemberNamespace(brokerNS, "east"), "south"),
+	)
+	c, err := New(Config{
+		Shared: controller.Shared{ClusterID: "east", BrokerNamespace: brokerNS, Local: kubefake.NewClientset(), Broker: brokerKube, Clock: clocktesting.NewFakeClock(now)},
+	}, caches.NewBroker(brokerKube, mcsfake.NewSimpleClientset(), brokerNS, "east", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.probe(context.Background())
+	c.book.mu.Lock()
+	defer c.book.mu.Unlock()
+	if _, ok := c.book.seen["west"]; !ok || len(c.book.seen) != 1 {
+		t.Fatalf("the probe saw the Leases of %v, want west's only", c.book.seen)
 	}
 }

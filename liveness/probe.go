@@ -76,13 +76,17 @@ func (c *Controller) probeTimeout() time.Duration {
 func (c *Controller) probe(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout())
 	defer cancel()
-	leases, err := c.cfg.Broker.CoordinationV1().Leases(c.cfg.BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	// Across the members' namespaces, as the Lease informer reads them;
+	// a Lease counts only in its cluster's own (record.InMember).
+	leases, err := c.cfg.Broker.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // shutting down
 	}
 	if err == nil {
 		for i := range leases.Items {
-			c.observeLease(&leases.Items[i], "probe")
+			if record.InMember(c.cfg.BrokerNamespace, &leases.Items[i]) {
+				c.observeLease(&leases.Items[i], "probe")
+			}
 		}
 	}
 	c.brokerAnswered(ctx, err)

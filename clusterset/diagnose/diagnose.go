@@ -17,6 +17,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/broker"
@@ -286,28 +286,38 @@ func (r *run) identity(ctx context.Context) {
 	r.add(name, Pass, user, "")
 }
 
-// writes makes two dry-run writes as the member: its own Lease, which the
-// broker must let through, and a Lease under another cluster's name, which
-// the admission policy must refuse.
+// writes makes two dry-run writes as the member in its own namespace: an
+// EndpointSlice of its own, which the broker must let through, and one
+// under another cluster's name, which the admission policy must refuse.
+// Slices, not the Lease: the quota allows one Lease, which exists.
 func (r *run) writes(ctx context.Context) {
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	leases := r.brokerKube.CoordinationV1().Leases(r.namespace)
-	lease := func(cluster string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName(cluster), Namespace: r.namespace, Labels: record.LeaseLabels(r.id)},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.id), LeaseDurationSeconds: ptr.To[int32](10)},
+	own := record.MemberNamespace(r.namespace, r.id)
+	slices := r.brokerKube.DiscoveryV1().EndpointSlices(own)
+	const probeNS, probeName = "mcsd-diagnose", "probe"
+	slice := func(cluster string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: record.EndpointSliceName(cluster, probeNS, probeName, discoveryv1.AddressTypeIPv4, 0), Namespace: own,
+				Labels: record.EndpointSliceLabels(r.id, probeNS, probeName),
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
 		}
 	}
-	_, err := leases.Create(ctx, lease(r.id), dry)
+	mine := slice(r.id).Name
+	_, err := slices.Create(ctx, slice(r.id), dry)
 	switch {
 	case err == nil || apierrors.IsAlreadyExists(err):
 		// AlreadyExists comes from storage, after admission let it in.
-		r.add("writes own records", Pass, "a dry-run create of Lease "+record.LeaseName(r.id)+" is allowed", "")
+		r.add("writes own records", Pass, "a dry-run create of EndpointSlice "+mine+" in "+own+" is allowed", "")
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		r.add("writes own records", Fail, "the member's namespace "+own+" is at its quota: "+err.Error(),
+			"withdraw exports, or have the broker's administrator raise the member budget (kubectl mcs broker install --member-budget)")
 	case apierrors.IsForbidden(err):
-		r.add("writes own records", Fail, "a dry-run create of its own Lease "+record.LeaseName(r.id)+" is refused: "+err.Error(),
-			"the identity lacks its rights: join again (kubectl mcs join) to restore RoleBinding mcsd-member-"+r.id+", and check Role "+broker.MemberRole)
+		r.add("writes own records", Fail, "a dry-run create of its own EndpointSlice "+mine+" in "+own+" is refused: "+err.Error(),
+			"the identity lacks its rights, or its namespace: join again (kubectl mcs join) to restore namespace "+own+" and its RoleBinding "+broker.MemberWriterRole+", and check ClusterRole "+broker.MemberWriterRole)
 	default:
-		r.add("writes own records", Fail, "a dry-run create of its own Lease failed: "+err.Error(), "")
+		r.add("writes own records", Fail, "a dry-run create of its own EndpointSlice failed: "+err.Error(), "")
 	}
 	other := "mcsd-diagnose-probe"
 	if r.snapshot != nil {
@@ -318,15 +328,16 @@ func (r *run) writes(ctx context.Context) {
 			}
 		}
 	}
-	_, err = leases.Create(ctx, lease(other), dry)
+	theirs := slice(other).Name
+	_, err = slices.Create(ctx, slice(other), dry)
 	switch {
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		r.add("others' records refused", Pass, "a dry-run create of Lease "+record.LeaseName(other)+" is refused", "")
+	case (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && !strings.Contains(err.Error(), "exceeded quota"):
+		r.add("others' records refused", Pass, "a dry-run create of EndpointSlice "+theirs+" is refused", "")
 	case err == nil || apierrors.IsAlreadyExists(err):
-		r.add("others' records refused", Fail, "a dry-run create of "+other+"'s Lease "+record.LeaseName(other)+" was accepted: the broker does not bind members to their own records",
+		r.add("others' records refused", Fail, "a dry-run create of "+other+"'s EndpointSlice "+theirs+" was accepted: the broker does not bind members to their own records",
 			"install the broker's admission policies: kubectl mcs broker install --context BROKER")
 	default:
-		r.add("others' records refused", Fail, "a dry-run create of another cluster's Lease failed otherwise: "+err.Error(), "")
+		r.add("others' records refused", Fail, "a dry-run create of another cluster's EndpointSlice failed otherwise: "+err.Error(), "")
 	}
 }
 

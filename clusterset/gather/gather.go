@@ -198,10 +198,12 @@ func (a *archive) broker(ctx context.Context, cfg *rest.Config, ns, id string) {
 	}
 	kube, mcs := c.Kube, c.MCS
 	own := metav1.ListOptions{LabelSelector: record.ClusterSelector(id).String()}
-	a.add("broker/records.yaml", func() (any, error) { return mcs.MulticlusterV1beta1().ServiceImports(ns).List(ctx, own) })
-	a.add("broker/endpointslices.yaml", func() (any, error) { return kube.DiscoveryV1().EndpointSlices(ns).List(ctx, own) })
-	a.add("broker/leases.yaml", func() (any, error) { return kube.CoordinationV1().Leases(ns).List(ctx, own) })
-	// Its ClusterSetIP claims and its declaration.
+	// Its records, slices and Lease, in its own namespace.
+	mine := record.MemberNamespace(ns, id)
+	a.add("broker/records.yaml", func() (any, error) { return mcs.MulticlusterV1beta1().ServiceImports(mine).List(ctx, own) })
+	a.add("broker/endpointslices.yaml", func() (any, error) { return kube.DiscoveryV1().EndpointSlices(mine).List(ctx, own) })
+	a.add("broker/leases.yaml", func() (any, error) { return kube.CoordinationV1().Leases(mine).List(ctx, own) })
+	// Its ClusterSetIP claims and its declaration, in the broker namespace.
 	a.add("broker/configmaps.yaml", func() (any, error) { return kube.CoreV1().ConfigMaps(ns).List(ctx, own) })
 	a.add("broker/clusters.yaml", func() (any, error) {
 		s, err := status.Read(ctx, kube, mcs, ns)

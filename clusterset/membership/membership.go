@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -29,7 +28,6 @@ import (
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clusterset/status"
-	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // The Secret in the member cluster that holds the member's broker
@@ -311,12 +309,11 @@ func BrokerConfig(ctx context.Context, memberKube kubernetes.Interface) (*rest.C
 	return cfg, ns, nil
 }
 
-// Leave removes member id from the broker: it deletes the member's
-// declaration, waits for the broker's garbage collector to delete the
-// identity it owns (so that the member cannot write again), then deletes
-// every record the member wrote (export records, EndpointSlices, its Lease
-// and ClusterSetIP claims). With memberKube not nil it also deletes the
-// member's broker Secret.
+// Leave removes member id from the broker (broker.RemoveMember): its
+// declaration and the identity it owns, its namespace with its records,
+// EndpointSlices and Lease, its ClusterSetIP claims; it waits until nothing
+// of the member is left on the broker and otherwise says what is. With
+// memberKube not nil it also deletes the member's broker Secret.
 func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.Interface, namespace, id string, progress func(string, ...any)) error {
 	brk, err := status.NewClients(brokerAdmin)
 	if err != nil {
@@ -329,51 +326,9 @@ func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.
 	if namespace == "" {
 		namespace = broker.DefaultNamespace
 	}
-	if err := clusterid.Validate(id); err != nil {
+	if err := broker.RemoveMember(ctx, brokerKube, brokerMCS, namespace, id, time.Minute, progress); err != nil {
 		return err
 	}
-	err = brokerKube.CoreV1().ConfigMaps(namespace).Delete(ctx, broker.DeclarationName(id), metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationForeground)})
-	switch {
-	case apierrors.IsNotFound(err):
-		progress("member %s has no declaration %s/%s", id, namespace, broker.DeclarationName(id))
-	case err != nil:
-		return fmt.Errorf("deleting the declaration of %s: %w", id, err)
-	default:
-		progress("deleted the declaration %s/%s", namespace, broker.DeclarationName(id))
-	}
-	account := broker.ServiceAccountName(id)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := brokerKube.CoreV1().ServiceAccounts(namespace).Get(ctx, account, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the identity %s/%s was not deleted with its declaration (is the broker's garbage collector running?): %w", namespace, account, err)
-	}
-	progress("identity %s/%s is gone", namespace, account)
-	sel := metav1.ListOptions{LabelSelector: record.ClusterSelector(id).String()}
-	del := metav1.DeleteOptions{}
-	for what, f := range map[string]func() error{
-		"export records": func() error {
-			return brokerMCS.MulticlusterV1beta1().ServiceImports(namespace).DeleteCollection(ctx, del, sel)
-		},
-		"EndpointSlices": func() error {
-			return brokerKube.DiscoveryV1().EndpointSlices(namespace).DeleteCollection(ctx, del, sel)
-		},
-		"Lease": func() error {
-			return brokerKube.CoordinationV1().Leases(namespace).DeleteCollection(ctx, del, sel)
-		},
-		"ClusterSetIP claims": func() error {
-			return brokerKube.CoreV1().ConfigMaps(namespace).DeleteCollection(ctx, del, sel)
-		},
-	} {
-		if err := f(); err != nil {
-			return fmt.Errorf("deleting the %s of %s: %w", what, id, err)
-		}
-	}
-	progress("deleted the records of %s", id)
 	if memberKube != nil {
 		err := memberKube.CoreV1().Secrets(SecretNamespace).Delete(ctx, SecretName, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -383,8 +338,6 @@ func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.
 	}
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func prefixes(ps []netip.Prefix) string {
 	s := ""

@@ -71,14 +71,16 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 	return &Clients{Kube: kube, MCS: mcs, Dynamic: dyn}, nil
 }
 
-// Read takes a Snapshot of the broker namespace.
+// Read takes a Snapshot of the broker of namespace: the members' Leases and
+// records across their namespaces, the declarations and claims of the
+// broker namespace.
 func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interface, namespace string) (*Snapshot, error) {
 	s := &Snapshot{Namespace: namespace, Read: time.Now(), Invalid: map[string]int{}}
-	leases, err := kube.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	leases, err := kube.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if err != nil {
 		return nil, fmt.Errorf("listing the broker's Leases: %w", err)
 	}
-	s.Leases = leases.Items
+	s.Leases = slices.DeleteFunc(leases.Items, func(l coordinationv1.Lease) bool { return !record.InMember(namespace, &l) })
 	decls, err := kube.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelDeclaration})
 	if err != nil {
 		return nil, fmt.Errorf("listing the members' declarations: %w", err)
@@ -89,10 +91,11 @@ func Read(ctx context.Context, kube kubernetes.Interface, mcs mcsclient.Interfac
 		return nil, fmt.Errorf("listing the ClusterSetIP claims: %w", err)
 	}
 	s.Claims = parseEach(claims.Items, clustersetip.ParseClaim, nil)
-	records, err := mcs.MulticlusterV1beta1().ServiceImports(namespace).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
+	records, err := mcs.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.LabelSourceCluster})
 	if err != nil {
 		return nil, fmt.Errorf("listing the export records: %w", err)
 	}
+	records.Items = slices.DeleteFunc(records.Items, func(r mcsv1beta1.ServiceImport) bool { return !record.InMember(namespace, &r) })
 	s.Records = parseEach(records.Items, record.Decode, func(r *mcsv1beta1.ServiceImport, _ error) {
 		s.Invalid[r.Labels[record.LabelSourceCluster]]++
 	})

@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/mcsd-io/mcsd/broker"
@@ -22,7 +23,8 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 	var out, errOut bytes.Buffer
 	root := newRoot(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	root.SetArgs([]string{"broker", "install", "--print", "--skip-crds", "--broker-namespace", "mcs",
-		"--clusterset-cidrs", "10.250.0.0/16,fd00:250::/48", "--block-bits-ipv4", "24", "--member-budget", "10,40,3,1"})
+		"--clusterset-cidrs", "10.250.0.0/16,fd00:250::/48", "--block-bits-ipv4", "24",
+		"--max-members", "40", "--etcd-quota", "4Gi", "--member-budget", "memberServiceImports=10,memberEndpointSlices=40,portsPerRecord=8"})
 	if err := root.Execute(); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
@@ -33,9 +35,9 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 	want := broker.Settings{
 		Namespace:        "mcs",
 		ClusterSetCIDRv4: netip.MustParsePrefix("10.250.0.0/16"), ClusterSetCIDRv6: netip.MustParsePrefix("fd00:250::/48"),
-		BlockBitsV4: 24, BlockBitsV6: 64,
-		MemberBudget: broker.Budget{ServiceImports: 10, EndpointSlices: 40, ConfigMaps: 3, Leases: 1},
-	}
+		BlockBitsV4: 24, BlockBitsV6: 64, MaxMembers: 40, EtcdQuotaBytes: 4 << 30,
+		MemberBudget: broker.Budget{ServiceImports: 10, EndpointSlices: 40, PortsPerRecord: 8},
+	}.WithDefaults()
 	kinds := map[string]int{}
 	for _, obj := range objs {
 		switch o := obj.(type) {
@@ -50,21 +52,43 @@ func TestBrokerInstallPrintsTheManifestsWithTheSettings(t *testing.T) {
 			if err != nil || got != want {
 				t.Errorf("printed settings read back as %+v (%v), want %+v", got, err, want)
 			}
-		case *corev1.ResourceQuota:
-			kinds["ResourceQuota"]++
-			if q := o.Spec.Hard["count/endpointslices.discovery.k8s.io"]; o.Namespace != "mcs" || q.Value() != 40 {
-				t.Errorf("quota %s/%s: %v", o.Namespace, o.Name, o.Spec.Hard)
+		case *rbacv1.ClusterRoleBinding:
+			kinds["ClusterRoleBinding"]++
+			if o.Subjects[0].Name != "system:serviceaccounts:mcs" {
+				t.Errorf("reader binding %s for %v", o.Name, o.Subjects)
 			}
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
 			kinds["Binding"]++
-			if o.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "mcs" ||
+			if o.Spec.MatchResources.NamespaceSelector.MatchLabels[broker.LabelBroker] != "mcs" ||
 				(o.Spec.ParamRef != nil && o.Spec.ParamRef.Namespace != "mcs") {
 				t.Errorf("binding %s does not select namespace mcs: %+v", o.Name, o.Spec)
 			}
 		}
 	}
-	if kinds["Namespace"] != 1 || kinds["ConfigMap"] != 1 || kinds["ResourceQuota"] != 1 || kinds["Binding"] != 2 {
+	if kinds["Namespace"] != 1 || kinds["ConfigMap"] != 1 || kinds["ClusterRoleBinding"] != 1 || kinds["Binding"] != 4 {
 		t.Errorf("printed %v", kinds)
+	}
+	if !strings.Contains(errOut.String(), "40 members") || !strings.Contains(errOut.String(), "fits") {
+		t.Errorf("the worst case is not printed:\n%s", errOut.String())
+	}
+}
+
+// Settings whose worst case does not fit the etcd quota are refused before
+// anything is printed or installed.
+func TestBrokerInstallRefusesSettingsThatDoNotFit(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRoot(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root.SetArgs([]string{"broker", "install", "--print", "--max-members", "100"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "100 members") || out.Len() > 0 {
+		t.Fatalf("err %v, printed %d bytes", err, out.Len())
+	}
+	if !strings.Contains(errOut.String(), "does NOT fit") {
+		t.Errorf("the worst case is not printed:\n%s", errOut.String())
+	}
+	root.SetArgs([]string{"broker", "install", "--print", "--member-budget", "records=1"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "unknown member budget") {
+		t.Fatalf("an unknown budget: %v", err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -35,6 +36,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/version"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -330,7 +332,15 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	t.Run("overlapping pod CIDRs", func(t *testing.T) {
 		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
 		overlap := netip.PrefixFrom(c1.PodCIDR.Addr(), 24)
-		if _, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, "intruder", broker.MemberOptions{PodCIDRs: []netip.Prefix{overlap}}); err != nil {
+		_, err := broker.AddMember(ctx, cs.Broker.Kube, broker.DefaultNamespace, "intruder", broker.MemberOptions{PodCIDRs: []netip.Prefix{overlap}})
+		if err == nil || !strings.Contains(err.Error(), overlap.String()+" overlaps "+c1.PodCIDR.String()+" of member "+id1) {
+			t.Fatalf("joining with cluster1's pod CIDR: %v", err)
+		}
+		// A declaration written by hand, which AddMember would refuse.
+		if _, err := cs.Broker.Kube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: broker.DeclarationName("intruder"), Labels: map[string]string{broker.LabelDeclaration: "", mcsv1beta1.LabelSourceCluster: "intruder"}},
+			Data:       map[string]string{broker.DeclarationPodCIDRsKey: overlap.String()},
+		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		checks, fail := mcs.diagnose(ctx, "cluster1")
@@ -354,7 +364,10 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 
 	t.Run("a broker identity without rights", func(t *testing.T) {
 		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
-		if err := cs.Broker.Kube.RbacV1().RoleBindings(broker.DefaultNamespace).Delete(ctx, "mcsd-member-"+id1, metav1.DeleteOptions{}); err != nil {
+		if err := cs.Broker.Kube.RbacV1().RoleBindings(broker.DefaultNamespace).Delete(ctx, broker.MemberRole+"-"+id1, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Broker.Kube.RbacV1().RoleBindings(record.MemberNamespace(broker.DefaultNamespace, id1)).Delete(ctx, broker.MemberWriterRole, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var checks map[string]diagnose.Check
@@ -362,7 +375,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			checks, _ = mcs.diagnose(ctx, "cluster1")
 			return checks["writes own records"].Result == diagnose.Fail
 		})
-		if c := checks["writes own records"]; !strings.Contains(c.Fix, "mcsd-member-"+id1) {
+		if c := checks["writes own records"]; !strings.Contains(c.Fix, broker.MemberWriterRole) {
 			t.Errorf("writes own records: %+v", c)
 		}
 		if c := checks["broker reachable"]; c.Result != diagnose.Fail || !strings.Contains(c.Fix, "join again") {
@@ -402,7 +415,11 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "cluster-skewed", Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "skewed"}},
 			Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now().Add(30 * time.Second)}},
 		}
-		leases := cs.Broker.Kube.CoordinationV1().Leases(broker.DefaultNamespace)
+		skewedNS, err := fixture.CreateMemberNamespace(ctx, cs.Broker.Kube, "skewed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases := cs.Broker.Kube.CoordinationV1().Leases(skewedNS)
 		if _, err := leases.Create(ctx, skewed, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -468,9 +485,12 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		if _, ok := mcs.status(ctx, "--context", "cluster1")[id2]; ok {
 			t.Error("status still lists cluster2")
 		}
-		records, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).List(ctx, metav1.ListOptions{})
+		records, err := cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.ClusterSelector(id2).String()})
 		if err != nil || len(records.Items) != 0 {
 			t.Errorf("records left on the broker: %v, %v", records, err)
+		}
+		if _, err := cs.Broker.Kube.CoreV1().Namespaces().Get(ctx, record.MemberNamespace(broker.DefaultNamespace, id2), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("cluster2's namespace on the broker after it left: %v", err)
 		}
 		if _, _, err := membership.BrokerConfig(ctx, c2.Kube); err != membership.ErrNoSecret {
 			t.Errorf("the broker Secret of cluster2 after it left: %v", err)

@@ -132,11 +132,13 @@ func newLeaveCmd(g *globals) *cobra.Command {
 		Short: "Remove a member cluster from the broker",
 		Long: `Remove the member cluster of --context (or --member-context, or the one
 --cluster-id names) from the broker of --broker-context: delete its
-declaration, which deletes its broker identity, then every record it wrote
-there (export records, EndpointSlices, Lease, ClusterSetIP claims), and the
-Secret mcsd-system/mcsd-broker in the member unless --keep-secret. Other
-members stop importing its services. Delete the member's ServiceExports or
-stop its mcsd first: its exporter cannot write any more.`,
+declaration, which deletes its broker identity, then its namespace on the
+broker (its export records, EndpointSlices and Lease) and its ClusterSetIP
+claims, and the Secret mcsd-system/mcsd-broker in the member unless
+--keep-secret. It waits until nothing of the member is left on the broker,
+and otherwise fails naming what is (an object held by a finalizer, say).
+Other members stop importing its services. Delete the member's
+ServiceExports or stop its mcsd first: its exporter cannot write any more.`,
 		Example: `  kubectl mcs leave --broker-context BROKER --context MEMBER
   kubectl mcs leave --broker-context BROKER --cluster-id east   # a member that is gone`,
 		Args: cobra.NoArgs,

@@ -278,7 +278,7 @@ func (t *leaderTerm) newHeartbeat() *exporter.Heartbeat {
 	o := t.c.o
 	return &exporter.Heartbeat{
 		Broker:    t.heartbeat.kube,
-		Namespace: o.brokerNamespace,
+		Namespace: record.MemberNamespace(o.brokerNamespace, t.c.clusterID),
 		Name:      record.LeaseName(t.c.clusterID),
 		ClusterID: t.c.clusterID,
 		Duration:  o.leaseDuration,

@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -29,7 +30,10 @@ func runElected(ctx context.Context, o *options, local *clients, ctrl *controlle
 		if host == "" {
 			host, _ = os.Hostname()
 		}
-		identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+		// Unique per process: in a container every incarnation is pid 1,
+		// and a restarted replica must not take its predecessor's Lease
+		// for its own.
+		identity = fmt.Sprintf("%s_%s", host, uuid.NewUUID())
 	}
 	if _, err := local.kube.CoreV1().Namespaces().Get(ctx, o.leaderElectNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("--leader-elect-namespace: namespace %q does not exist in the local cluster; create it or choose another", o.leaderElectNS)

@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/liveness"
@@ -20,14 +22,19 @@ import (
 // nodeAgent is the role every replica plays on its node: the clusterset DNS
 // server and the proxier, fed by one set of informers on the local
 // cluster's ServiceImports and MCS EndpointSlices, and told which clusters
-// are gone by the liveness ConfigMap. It reads those and writes nothing.
+// are gone by the liveness ConfigMap. It reads those and writes only, with
+// --dns-gate=cluster, its node's report Lease (clustergate).
 type nodeAgent struct {
 	informers *caches.Local
 
 	dnsServer *dns.Server
 	dnsIndex  *dns.Index
-	provider  proxier.Provider
-	health    *proxier.Health
+	// gate, with --dns-gate=cluster, reports this node's data plane to
+	// the other nodes and holds DNS back until they all carry a
+	// ClusterSetIP.
+	gate     *clustergate.Gate
+	provider proxier.Provider
+	health   *proxier.Health
 	// fed is true once the proxier has been handed every initial object.
 	fed atomic.Bool
 }
@@ -63,9 +70,18 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 		var observer proxier.VIPObserver
 		if dp.dnsIndex != nil {
 			// Resolvable means reachable: DNS hands out a ClusterSetIP
-			// only once this node's proxier carries it.
+			// only once this node's proxier carries it...
 			dp.dnsIndex.GateVIPs(o.ipFamilies...)
 			observer = dp.dnsIndex
+		}
+		if o.dnsGate == gateCluster {
+			// ... and every other node's: the cluster DNS may have asked
+			// this node for a client on another.
+			gate, err := newGate(o, local, dp.informers.Imports(), dp.dnsIndex)
+			if err != nil {
+				return nil, err
+			}
+			dp.gate, observer = gate, gate
 		}
 		provider, health, err := newProxier(o, clusterID, reg, observer)
 		if err != nil {
@@ -74,6 +90,28 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 		dp.provider, dp.health = provider, health
 	}
 	return dp, nil
+}
+
+// newGate returns the gate between this node's proxier and its DNS index
+// (nil when the node serves no DNS: its report still counts), with a
+// client of its own.
+func newGate(o *options, local *clients, imports cache.SharedIndexInformer, index *dns.Index) (*clustergate.Gate, error) {
+	c, err := newClients(local.config, o.clientQPS, o.clientBurst)
+	if err != nil {
+		return nil, err
+	}
+	cfg := clustergate.Config{
+		Client:    c.kube,
+		Namespace: o.leaderElectNS,
+		NodeName:  o.nodeName,
+		Families:  o.ipFamilies,
+		Imports:   imports,
+		Logger:    klog.Background().WithName("clustergate"),
+	}
+	if index != nil {
+		cfg.Downstream = index
+	}
+	return clustergate.New(cfg)
 }
 
 // newProxier builds the proxier of --ip-families, programming nftables or
@@ -123,6 +161,9 @@ func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error 
 		running += 2
 		go func() { errc <- dp.dnsIndex.Run(ctx, imports, slices) }()
 		go func() { errc <- dp.serveDNS(ctx, o) }()
+	}
+	if dp.gate != nil {
+		go dp.gate.Run(ctx)
 	}
 	if dp.provider != nil {
 		var err error

@@ -22,6 +22,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
@@ -78,9 +79,12 @@ type options struct {
 	maxServicesPerCluster  int
 	goneClusterGrace       time.Duration
 
-	dnsListen     string
-	dnsZone       string
-	dnsTTL        time.Duration
+	dnsListen string
+	dnsZone   string
+	dnsTTL    time.Duration
+	// dnsGate says when DNS hands out a ClusterSetIP: once this node's
+	// proxier carries it (gateNode), or every node's (gateCluster).
+	dnsGate       string
 	netns         string
 	nodeName      string
 	ipFamilies    []corev1.IPFamily
@@ -106,6 +110,12 @@ type options struct {
 	// help and version ask for a message instead of a run.
 	help, version bool
 }
+
+// The values of --dns-gate.
+const (
+	gateCluster = "cluster"
+	gateNode    = "node"
+)
 
 // rawFlags holds flag values that need parsing after flag.Parse.
 type rawFlags struct {
@@ -166,7 +176,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	connection.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
 	connection.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
 	connection.StringVar(&o.brokerSecret, "broker-secret", "", "NAMESPACE/NAME of a Secret in the local cluster whose key \"kubeconfig\" is the broker kubeconfig (instead of --broker-kubeconfig)")
-	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "namespace on the broker that holds every cluster's records")
+	connection.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace (settings, claims, declarations); this cluster writes its records in <broker-namespace>-<cluster-id> and reads every cluster's across their namespaces")
 	connection.Float64Var(&o.clientQPS, "kube-api-qps", 500, "queries per second of each of mcsd's clients")
 	connection.IntVar(&o.clientBurst, "kube-api-burst", 1000, "burst of queries of each of mcsd's clients")
 
@@ -189,7 +199,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	controllers.DurationVar(&o.leaderElectRetry, "leader-elect-retry-period", 2*time.Second, "leader-election retry period")
 	controllers.IntVar(&o.exporterWorkers, "exporter-workers", 4, "services the exporter syncs at once")
 	controllers.IntVar(&o.importerWorkers, "importer-workers", 4, "services the importer syncs at once")
-	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none")
+	controllers.StringVar(&raw.importDeniedNamespaces, "import-namespace-denylist", "kube-system,kube-public", "comma-separated namespaces whose services this cluster never imports, whoever exports them; empty denies none (mcsd's own namespace, --leader-elect-namespace, and default/kubernetes are never imported)")
 	controllers.IntVar(&o.maxServicesPerCluster, "max-services-per-cluster", importer.DefaultMaxServicesPerCluster, "most export records one cluster may contribute; the importer ignores its newest beyond that")
 	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", liveness.DefaultGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
 	controllers.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
@@ -197,6 +207,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	dnsFlags.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
 	dnsFlags.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
 	dnsFlags.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
+	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+clustergate.LeaseName("<node>")+" in --leader-elect-namespace) or "+gateNode+" (once this node's proxier carries it)")
 	dnsFlags.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
@@ -422,6 +433,15 @@ func (o *options) completeProxier(raw *rawFlags, errs *flagErrors) {
 	var err error
 	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
 		errs.bad("proxier-mode", "%v", err)
+	}
+	switch o.dnsGate {
+	case gateNode:
+	case gateCluster:
+		if o.runs(componentProxier) && o.nodeName == "" {
+			errs.bad("dns-gate", "%s needs this node's name: set --node-name or $NODE_NAME, or choose %s", gateCluster, gateNode)
+		}
+	default:
+		errs.bad("dns-gate", "unknown gate %q; choose %s or %s", o.dnsGate, gateCluster, gateNode)
 	}
 	if o.minSync <= 0 {
 		errs.bad("proxier-min-sync-period", "must be positive, got %v", o.minSync)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestBadFlagsAreNamed(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"--broker-kubeconfig=" + kubeconfig}
+	base := []string{"--broker-kubeconfig=" + kubeconfig, "--node-name=node-1"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -53,6 +54,8 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{"a DNS TTL out of range", []string{"--dns-ttl=0s"}, "--dns-ttl:"},
 		{"a DNS reverse range that is not a CIDR", []string{"--dns-reverse-cidrs=10.0.0.0"}, "--dns-reverse-cidrs:"},
 		{"a DNS reverse range wider than a zone", []string{"--dns-reverse-cidrs=0.0.0.0/4"}, "--dns-reverse-cidrs:"},
+		{"an unknown DNS gate", []string{"--dns-gate=zone"}, "--dns-gate:"},
+		{"the cluster's DNS gate without the node's name", []string{"--node-name="}, "--dns-gate:"},
 		{"an unknown IP family", []string{"--ip-families=IPv5"}, "--ip-families:"},
 		{"a masquerade mark of two bits", []string{"--masquerade-mark=0x3000"}, "--masquerade-mark:"},
 		{"a pod CIDR that is not one", []string{"--pod-cidrs=10.0.0.0/33"}, "--pod-cidrs:"},
@@ -86,7 +89,7 @@ func TestGoodFlags(t *testing.T) {
 		if err := os.WriteFile(kubeconfig, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		o, err := parse(t, "--broker-kubeconfig="+kubeconfig)
+		o, err := parse(t, "--broker-kubeconfig="+kubeconfig, "--node-name=node-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +102,10 @@ func TestGoodFlags(t *testing.T) {
 		if o.proxierMode != proxier.ModeNFTables {
 			t.Fatalf("proxier mode %q, want nftables by default", o.proxierMode)
 		}
-		if len(o.importDeniedNamespaces) != 1 || o.importDeniedNamespaces[0] != "kube-system" {
-			t.Fatalf("denied namespaces %v, want kube-system by default", o.importDeniedNamespaces)
+		if !slices.Equal(o.importDeniedNamespaces, []string{"kube-system", "kube-public"}) {
+			t.Fatalf("denied namespaces %v, want kube-system and kube-public by default", o.importDeniedNamespaces)
 		}
-		o, err = parse(t, "--broker-kubeconfig="+kubeconfig, "--import-namespace-denylist=", "--max-services-per-cluster=5", "--gone-cluster-grace=1h")
+		o, err = parse(t, "--broker-kubeconfig="+kubeconfig, "--node-name=node-1", "--import-namespace-denylist=", "--max-services-per-cluster=5", "--gone-cluster-grace=1h")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +114,7 @@ func TestGoodFlags(t *testing.T) {
 		}
 	})
 	t.Run("the data plane alone needs no broker", func(t *testing.T) {
-		o, err := parse(t, "--components=dns,proxier", "--ip-families=IPv4", "--pod-cidrs=10.244.0.0/16, fd00::/64", "--masquerade-mark=0x4000",
+		o, err := parse(t, "--components=dns,proxier", "--node-name=node-1", "--ip-families=IPv4", "--pod-cidrs=10.244.0.0/16, fd00::/64", "--masquerade-mark=0x4000",
 			"--proxier-mode=iptables")
 		if err != nil {
 			t.Fatal(err)

@@ -19,61 +19,69 @@ import (
 	"github.com/mcsd-io/mcsd/internal/trim"
 )
 
-// Broker are the informers on the broker: every cluster's export records,
-// EndpointSlices and heartbeat Leases, the ClusterSetIP block claims and the
-// members' declarations, all in one broker namespace, each kind selected by
-// the labels its writer puts on it.
+// Broker are the informers on the broker. Every cluster's export records,
+// EndpointSlices and heartbeat Leases are read across the members'
+// namespaces, each kind selected by the labels its writer puts on it, and
+// count only in their writer's namespace (record.OnlyMembers makes
+// anything elsewhere anonymous); this cluster's own slices are read in its
+// member namespace; the ClusterSetIP block claims, the members'
+// declarations and the export rules in the broker namespace.
 type Broker struct {
 	// OnWatchError, when set, is called for every watch failure that is not
 	// routine (a watch that ended or expired is): the liveness
 	// controller's probe then asks at once whether the broker answers.
 	OnWatchError func()
 
-	records, recordObjects mcsinformers.SharedInformerFactory
-	slices, ownSlices      informers.SharedInformerFactory
-	leases, claims, decls  informers.SharedInformerFactory
+	// namespace is the broker namespace.
+	namespace string
+
+	records, recordObjects       mcsinformers.SharedInformerFactory
+	slices, ownSlices            informers.SharedInformerFactory
+	leases, claims, decls, rules informers.SharedInformerFactory
 }
 
 // NewBroker returns the broker informers of cluster, read through kube and
-// mcs (clients whose connections may wait at a dial gate) in namespace,
-// each resynced every resync.
+// mcs (clients whose connections may wait at a dial gate) with namespace
+// the broker namespace, each resynced every resync.
 func NewBroker(kube kubernetes.Interface, mcs mcsclient.Interface, namespace, cluster string, resync time.Duration) *Broker {
-	kubeIn := func(selector string) informers.SharedInformerFactory {
-		return informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace),
+	kubeIn := func(ns, selector string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	}
-	mcsIn := func(selector string) mcsinformers.SharedInformerFactory {
-		return mcsinformers.NewSharedInformerFactoryWithOptions(mcs, resync, mcsinformers.WithNamespace(namespace),
+	mcsIn := func(ns, selector string) mcsinformers.SharedInformerFactory {
+		return mcsinformers.NewSharedInformerFactoryWithOptions(mcs, resync, mcsinformers.WithNamespace(ns),
 			mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	}
 	return &Broker{
-		records:       mcsIn(record.LabelServiceNamespace),
-		recordObjects: mcsIn(record.LabelServiceNamespace),
-		slices: kubeIn(labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String() +
-			"," + record.LabelServiceNamespace),
-		ownSlices: kubeIn(record.ClusterSelector(cluster).String()),
-		leases:    kubeIn(record.LabelSourceCluster),
-		claims:    kubeIn(record.LabelClaim),
-		decls:     kubeIn(record.LabelDeclaration),
+		namespace:     namespace,
+		records:       mcsIn(metav1.NamespaceAll, record.LabelServiceNamespace),
+		recordObjects: mcsIn(metav1.NamespaceAll, record.LabelServiceNamespace),
+		slices: kubeIn(metav1.NamespaceAll, labels.SelectorFromSet(labels.Set{record.LabelManagedBy: record.EndpointSliceManager}).String()+
+			","+record.LabelServiceNamespace),
+		ownSlices: kubeIn(record.MemberNamespace(namespace, cluster), record.ClusterSelector(cluster).String()),
+		leases:    kubeIn(metav1.NamespaceAll, record.LabelSourceCluster),
+		claims:    kubeIn(namespace, record.LabelClaim),
+		decls:     kubeIn(namespace, record.LabelDeclaration),
+		rules:     kubeIn(namespace, record.LabelExportRule),
 	}
 }
 
 // Records are every cluster's export records, kept decoded (record.Cached):
 // what readers of the merge need, in a fraction of the memory.
 func (b *Broker) Records() cache.SharedIndexInformer {
-	return b.prepare(b.records.Multicluster().V1beta1().ServiceImports().Informer(), record.CacheTransform)
+	return b.prepare(b.records.Multicluster().V1beta1().ServiceImports().Informer(), b.onlyMembers(record.CacheTransform))
 }
 
 // RecordObjects are the same records whole: the exporter writes its own
 // from them, keeping what others put on them.
 func (b *Broker) RecordObjects() cache.SharedIndexInformer {
-	return b.prepare(b.recordObjects.Multicluster().V1beta1().ServiceImports().Informer(), trim.ManagedFields)
+	return b.prepare(b.recordObjects.Multicluster().V1beta1().ServiceImports().Informer(), b.onlyMembers(trim.ManagedFields))
 }
 
 // Slices are every cluster's broker EndpointSlices, read for their
 // endpoints only.
 func (b *Broker) Slices() cache.SharedIndexInformer {
-	return b.prepare(b.slices.Discovery().V1().EndpointSlices().Informer(), trim.RemoteEndpointSlice)
+	return b.prepare(b.slices.Discovery().V1().EndpointSlices().Informer(), b.onlyMembers(trim.RemoteEndpointSlice))
 }
 
 // OwnSlices are this cluster's broker EndpointSlices, whole, to update in
@@ -84,7 +92,7 @@ func (b *Broker) OwnSlices() cache.SharedIndexInformer {
 
 // Leases are every cluster's heartbeat Leases.
 func (b *Broker) Leases() cache.SharedIndexInformer {
-	return b.prepare(b.leases.Coordination().V1().Leases().Informer(), trim.ManagedFields)
+	return b.prepare(b.leases.Coordination().V1().Leases().Informer(), b.onlyMembers(trim.ManagedFields))
 }
 
 // Claims are every cluster's ClusterSetIP block claims.
@@ -95,6 +103,18 @@ func (b *Broker) Claims() cache.SharedIndexInformer {
 // Declarations are the members' declarations (their pod CIDRs).
 func (b *Broker) Declarations() cache.SharedIndexInformer {
 	return b.prepare(b.decls.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+}
+
+// ExportRules are the broker's export rules (which members may export
+// which namespaces).
+func (b *Broker) ExportRules() cache.SharedIndexInformer {
+	return b.prepare(b.rules.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+}
+
+// onlyMembers wraps transform for a kind read across every namespace: an
+// object outside its writer's member namespace is kept anonymous.
+func (b *Broker) onlyMembers(transform cache.TransformFunc) cache.TransformFunc {
+	return record.OnlyMembers(b.namespace, transform)
 }
 
 // prepare sets an informer's transform and watch-error handler. Both can
@@ -131,7 +151,7 @@ func (b *Broker) Shutdown() {
 }
 
 func (b *Broker) factories() []factory {
-	return []factory{b.records, b.recordObjects, b.slices, b.ownSlices, b.leases, b.claims, b.decls}
+	return []factory{b.records, b.recordObjects, b.slices, b.ownSlices, b.leases, b.claims, b.decls, b.rules}
 }
 
 // factory is what Start and Shutdown need of an informer factory.

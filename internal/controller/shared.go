@@ -7,6 +7,8 @@ import (
 	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // Shared is what every controller of one cluster is built with: who it is,
@@ -17,7 +19,9 @@ import (
 type Shared struct {
 	// ClusterID is this cluster's ID.
 	ClusterID string
-	// BrokerNamespace is the broker namespace that holds the records.
+	// BrokerNamespace is the broker namespace: the claims, declarations
+	// and export rules are there, and each member's namespace is named
+	// after it (MemberNamespace).
 	BrokerNamespace string
 
 	// Local and LocalMCS write to this cluster; Broker and BrokerMCS to
@@ -56,4 +60,10 @@ func (s Shared) WithDefaults() (Shared, error) {
 		s.Workers = DefaultWorkers
 	}
 	return s, nil
+}
+
+// MemberNamespace is the broker namespace in which this cluster writes its
+// records, EndpointSlices and heartbeat Lease (record.MemberNamespace).
+func (s Shared) MemberNamespace() string {
+	return record.MemberNamespace(s.BrokerNamespace, s.ClusterID)
 }

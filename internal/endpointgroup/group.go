@@ -99,26 +99,30 @@ func Of(in []*discoveryv1.EndpointSlice, opts Options) []Group {
 
 // Chunks splits the group's endpoints into runs of at most MaxPerSlice, one
 // per slice to write; a group without endpoints gives one empty run.
-func (g Group) Chunks() [][]discoveryv1.Endpoint {
+func (g Group) Chunks() [][]discoveryv1.Endpoint { return g.ChunksOf(MaxPerSlice) }
+
+// ChunksOf is Chunks with runs of at most n (at least 1) endpoints.
+func (g Group) ChunksOf(n int) [][]discoveryv1.Endpoint {
 	if len(g.Endpoints) == 0 {
 		return [][]discoveryv1.Endpoint{{}}
 	}
+	n = max(n, 1)
 	var out [][]discoveryv1.Endpoint
-	for start := 0; start < len(g.Endpoints); start += MaxPerSlice {
-		out = append(out, g.Endpoints[start:min(start+MaxPerSlice, len(g.Endpoints))])
+	for start := 0; start < len(g.Endpoints); start += n {
+		out = append(out, g.Endpoints[start:min(start+n, len(g.Endpoints))])
 	}
 	return out
 }
 
-// Slices lays groups out as EndpointSlices, at most MaxPerSlice endpoints
-// each, a group without endpoints as one empty slice. meta gives each its
+// Slices lays groups out as EndpointSlices, at most perSlice endpoints
+// each (see ChunksOf), a group without endpoints as one empty slice. meta gives each its
 // object metadata from its address type and its index among the slices of
 // that type, so that an unchanged input yields unchanged names.
-func Slices(groups []Group, meta func(family discoveryv1.AddressType, index int) metav1.ObjectMeta) []*discoveryv1.EndpointSlice {
+func Slices(groups []Group, perSlice int, meta func(family discoveryv1.AddressType, index int) metav1.ObjectMeta) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	index := map[discoveryv1.AddressType]int{}
 	for _, g := range groups {
-		for _, eps := range g.Chunks() {
+		for _, eps := range g.ChunksOf(perSlice) {
 			out = append(out, &discoveryv1.EndpointSlice{
 				ObjectMeta:  meta(g.Family, index[g.Family]),
 				AddressType: g.Family,

@@ -76,9 +76,11 @@ func Compare(a, b record.Export) int {
 //   - ports are the union of the contributing exports' ports; a port whose
 //     name, or whose (port, protocol), an older export already uses for a
 //     different port is left out;
-//   - ipFamilies are the families every contributing export has, in the
-//     oldest's order; if they share none, the oldest's families, and an
-//     export that has none of those is left out of Clusters too;
+//   - ipFamilies are the oldest's: a later export cannot take a family
+//     away from the service (narrow a dual-stack service to one family
+//     everywhere) nor add one; an export with none of those families is
+//     left out of Clusters too, and one with only some contributes in
+//     those;
 //   - a ClusterSetIP service gets, per family, the VIP of the oldest
 //     contributing export that holds one, unless the oldest export opted
 //     out of ClusterSetIPs; a Headless service has no IPs.
@@ -104,14 +106,12 @@ func Merge(records []record.Export) (Result, error) {
 			contributing = append(contributing, r)
 		}
 	}
-	families, shared := intersectFamilies(contributing, oldest)
-	if !shared {
-		// An export with none of the service's families has no endpoints
-		// the service could use.
-		contributing = slices.DeleteFunc(contributing, func(r record.Export) bool {
-			return !slices.ContainsFunc(r.IPFamilies, func(f corev1.IPFamily) bool { return slices.Contains(families, f) })
-		})
-	}
+	families := familiesOf(oldest)
+	// An export with none of the service's families has no endpoints the
+	// service could use.
+	contributing = slices.DeleteFunc(contributing, func(r record.Export) bool {
+		return !slices.ContainsFunc(r.IPFamilies, func(f corev1.IPFamily) bool { return slices.Contains(families, f) })
+	})
 	ports := unionPorts(contributing)
 	res := Result{
 		Spec: mcsv1beta1.ServiceImportSpec{
@@ -138,7 +138,7 @@ func Merge(records []record.Export) (Result, error) {
 		res.Spec.IPs, res.MissingVIPFamilies = pickVIPs(contributing, families)
 	}
 
-	conflicts := findConflicts(all, oldest, ports, families, shared)
+	conflicts := findConflicts(all, oldest, ports, families)
 	for _, r := range all {
 		res.Verdicts[r.Cluster] = verdictFor(r, oldest, families, inService[r.Cluster], len(all), conflicts)
 	}
@@ -237,32 +237,20 @@ func samePort(a, b mcsv1beta1.ServicePort) bool {
 	return a.Name == b.Name && a.Protocol == b.Protocol && a.Port == b.Port && deref(a.AppProtocol) == deref(b.AppProtocol)
 }
 
-// intersectFamilies returns the families every contributing export has, in
-// the oldest's order, and true; or, when they share none, the oldest's
-// families and false.
-func intersectFamilies(contributing []record.Export, oldest record.Export) ([]corev1.IPFamily, bool) {
+// familiesOf returns the oldest export's families, each once, in its
+// order: the service's. Taking them from the oldest, as every other
+// property, keeps a later export from removing a family the service
+// already has: with the families every export shares instead, one
+// IPv6-only export would narrow a dual-stack service to IPv6 in every
+// cluster, and take its IPv4 ClusterSetIP and endpoints away.
+func familiesOf(oldest record.Export) []corev1.IPFamily {
 	var out []corev1.IPFamily
-	for _, f := range oldest.IPFamilies {
-		if slices.Contains(out, f) {
-			continue
-		}
-		everyone := true
-		for _, r := range contributing {
-			everyone = everyone && slices.Contains(r.IPFamilies, f)
-		}
-		if everyone {
-			out = append(out, f)
-		}
-	}
-	if len(out) > 0 || len(oldest.IPFamilies) == 0 {
-		return out, true
-	}
 	for _, f := range oldest.IPFamilies {
 		if !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}
-	return out, false
+	return out
 }
 
 func sameFamilies(a, b []corev1.IPFamily) bool {

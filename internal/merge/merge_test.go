@@ -434,16 +434,39 @@ func TestOldestWins(t *testing.T) {
 }
 
 func TestIPFamilies(t *testing.T) {
-	t.Run("ip families are the shared ones in the oldest's order, and a difference is a conflict", func(t *testing.T) {
+	t.Run("ip families are the oldest's, and a difference is a conflict", func(t *testing.T) {
 		res := mustMerge(t, export("east", 0, families(v6, v4)), export("west", 1, families(v4)), export("north", 2, families(v4, v6)))
-		if got := res.Spec.IPFamilies; len(got) != 1 || got[0] != v4 {
-			t.Errorf("families %v, want IPv4", got)
+		if got := res.Spec.IPFamilies; len(got) != 2 || got[0] != v6 || got[1] != v4 {
+			t.Errorf("families %v, want IPv6, IPv4", got)
 		}
 		expectReasons(t, res, "IPFamilyConflict", "east", "west", "north")
-		want := `Conflicting ipFamilies. Using "IPv4", the families all clusters of the service share, in the order of the oldest service export, in "east". 2/3 clusters disagree.`
+		expectClusters(t, res, "east", "north", "west")
+		want := `Conflicting ipFamilies. Using "IPv6", "IPv4" from oldest service export in "east". 1/3 clusters disagree.`
 		if got := res.Verdicts["west"].Message; got != want {
 			t.Errorf("message %q, want %q", got, want)
 		}
+	})
+
+	t.Run("a newer single-stack export does not narrow a dual-stack service", func(t *testing.T) {
+		res := mustMerge(t,
+			export("east", 0, families(v4, v6), vips("243.1.0.1", "fd7a:6d63:7364:1::1")),
+			export("west", 1, families(v6), vips("fd7a:6d63:7364:2::1")))
+		if got := res.Spec.IPFamilies; len(got) != 2 || got[0] != v4 || got[1] != v6 {
+			t.Errorf("families %v, want IPv4, IPv6", got)
+		}
+		if len(res.Spec.IPs) != 2 || res.Spec.IPs[0] != "243.1.0.1" || res.Spec.IPs[1] != "fd7a:6d63:7364:1::1" {
+			t.Errorf("ips %v, want the oldest's two", res.Spec.IPs)
+		}
+		expectReasons(t, res, "IPFamilyConflict", "east", "west")
+		expectClusters(t, res, "east", "west")
+	})
+
+	t.Run("a newer dual-stack export does not widen a single-stack service", func(t *testing.T) {
+		res := mustMerge(t, export("east", 0, families(v4)), export("west", 1, families(v4, v6)))
+		if got := res.Spec.IPFamilies; len(got) != 1 || got[0] != v4 {
+			t.Errorf("families %v, want IPv4", got)
+		}
+		expectReasons(t, res, "IPFamilyConflict", "east", "west")
 	})
 
 	t.Run("dual-stack exports that list their families in another order agree", func(t *testing.T) {
@@ -454,7 +477,7 @@ func TestIPFamilies(t *testing.T) {
 		expectReasons(t, res, "NoConflicts", "east", "west")
 	})
 
-	t.Run("exports sharing no family keep the oldest's families and conflict", func(t *testing.T) {
+	t.Run("an export with none of the oldest's families is left out", func(t *testing.T) {
 		res := mustMerge(t, export("east", 0, families(v6), vips("fd7a:6d63:7364:1::7")), export("west", 1, families(v4)))
 		if got := res.Spec.IPFamilies; len(got) != 1 || got[0] != v6 {
 			t.Errorf("families %v, want IPv6", got)
@@ -464,14 +487,14 @@ func TestIPFamilies(t *testing.T) {
 		}
 		expectReasons(t, res, "IPFamilyConflict", "east", "west")
 		expectClusters(t, res, "east")
-		want := `Conflicting ipFamilies. No family is shared by all clusters of the service; using "IPv6" from oldest service export in "east". 1/2 clusters disagree. ` +
+		want := `Conflicting ipFamilies. Using "IPv6" from oldest service export in "east". 1/2 clusters disagree. ` +
 			`This cluster's export has none of the service's IP families ("IPv6"), so its endpoints are left out of the service.`
 		if got := res.Verdicts["west"].Message; got != want {
 			t.Errorf("message %q, want %q", got, want)
 		}
 	})
 
-	t.Run("when no family is shared, exports with one of the oldest's families stay in the service", func(t *testing.T) {
+	t.Run("exports with one of the oldest's families stay in the service", func(t *testing.T) {
 		res := mustMerge(t,
 			export("east", 0, families(v4, v6), vips("243.1.0.1", "fd7a:6d63:7364:1::1")),
 			export("west", 1, families(v4), ports(port("west-only", 81, corev1.ProtocolTCP))),
@@ -484,7 +507,7 @@ func TestIPFamilies(t *testing.T) {
 		expectReasons(t, res, "PortConflict,IPFamilyConflict", "east", "west", "north", "south")
 	})
 
-	t.Run("a left-out export's ports do not join the union when no family is shared", func(t *testing.T) {
+	t.Run("a left-out export's ports do not join the union", func(t *testing.T) {
 		res := mustMerge(t, export("east", 0, families(v4)), export("west", 1, families(v6), ports(port("admin", 9000, corev1.ProtocolTCP))))
 		expectPorts(t, res, port("http", 80, corev1.ProtocolTCP))
 		expectClusters(t, res, "east")

@@ -72,8 +72,7 @@ type conflict struct {
 
 // findConflicts lists the fields in conflict, in reason order. all is in
 // precedence order.
-func findConflicts(all []record.Export, oldest record.Export, ports []mcsv1beta1.ServicePort,
-	families []corev1.IPFamily, familiesShared bool) []conflict {
+func findConflicts(all []record.Export, oldest record.Export, ports []mcsv1beta1.ServicePort, families []corev1.IPFamily) []conflict {
 	total := len(all)
 	var out []conflict
 	count := func(differs func(record.Export) bool) int {
@@ -115,17 +114,8 @@ func findConflicts(all []record.Export, oldest record.Export, ports []mcsv1beta1
 	scalar(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, "trafficDistribution", distribution(oldest),
 		func(r record.Export) bool { return deref(r.TrafficDistribution) != deref(oldest.TrafficDistribution) })
 
-	if n := count(func(r record.Export) bool { return !sameFamilies(r.IPFamilies, families) }); n > 0 {
-		var s string
-		if familiesShared {
-			s = fmt.Sprintf("Conflicting ipFamilies. Using %s, the families all clusters of the service share, in the order of the oldest service export, in %q. %d/%d clusters disagree.",
-				quoteFamilies(families), oldest.Cluster, n, total)
-		} else {
-			s = fmt.Sprintf("Conflicting ipFamilies. No family is shared by all clusters of the service; using %s from oldest service export in %q. %d/%d clusters disagree.",
-				quoteFamilies(families), oldest.Cluster, n, total)
-		}
-		out = append(out, conflict{mcsv1beta1.ServiceExportReasonIPFamilyConflict, s})
-	}
+	scalar(mcsv1beta1.ServiceExportReasonIPFamilyConflict, "ipFamilies", quoteFamilies(families),
+		func(r record.Export) bool { return !sameFamilies(r.IPFamilies, families) })
 
 	// Only ClusterSetIP exports have a say on ClusterSetIPs, and only when
 	// the service is a ClusterSetIP one.

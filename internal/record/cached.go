@@ -49,8 +49,9 @@ func CacheTransform(obj any) (any, error) {
 		Namespace:       si.Namespace,
 		Labels:          si.Labels,
 		ResourceVersion: si.ResourceVersion,
-		// The cap on records per cluster keeps the oldest by it.
-		CreationTimestamp: si.CreationTimestamp,
+		// The cap on records per cluster keeps the oldest by when the
+		// broker first stored them.
+		CreationTimestamp: StoredAt(si),
 	}}
 	c.Export, c.Invalid = Decode(si)
 	return c, nil

@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -29,6 +30,14 @@ const (
 	// AnnotationClusterSetIPDisabled is "true" when the export opted out
 	// of ClusterSetIPs; absent otherwise.
 	AnnotationClusterSetIPDisabled = "mcsd.io/clusterset-ip-disabled"
+	// AnnotationStored is when the broker first stored the record, RFC
+	// 3339 in UTC, for a record the broker's administrator moved (so that
+	// its creationTimestamp is that of the move, not of the export): it
+	// stands in for the creationTimestamp in precedence (see StoredAt). The
+	// broker's admission lets no member set, change or remove it, and
+	// writers keep it as they keep every annotation the format does not
+	// own.
+	AnnotationStored = "mcsd.io/broker-stored"
 )
 
 // FormatVersion is the version of the record format this package writes
@@ -91,8 +100,9 @@ func Encode(e Export) *mcsv1beta1.ServiceImport {
 }
 
 // Decode reads an export record. Its Created is the later of the declared
-// export creation time and the record object's creationTimestamp (see
-// Witnessed). It returns an *InvalidError naming every
+// export creation time and when the broker stored the record (see Witnessed
+// and StoredAt). A record with a deletionTimestamp is deleted: Decode
+// refuses it. It returns an *InvalidError naming every
 // field that is missing or malformed, or that breaks a rule of the format
 // (see Export.Validate), and never a partial Export.
 func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
@@ -100,6 +110,12 @@ func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
 		return Export{}, &InvalidError{Problems: []string{"no record"}}
 	}
 	p := newProblems()
+	if si.DeletionTimestamp != nil {
+		// Deleted, whatever holds it back (a finalizer its writer put on
+		// it): it says nothing any more.
+		p.add("metadata.deletionTimestamp", "%s: the record is being deleted, and counts as gone", si.DeletionTimestamp.UTC().Format(time.RFC3339))
+		return Export{}, p.err(si.Namespace, si.Name)
+	}
 	ann := si.Annotations
 	switch v, ok := ann[AnnotationFormat]; {
 	case !ok:
@@ -127,7 +143,7 @@ func Decode(si *mcsv1beta1.ServiceImport) (Export, error) {
 	// be older than the record object the broker stored, whatever its
 	// writer declares. Without the bound one member could declare its
 	// export older than everyone's and take any service's spec and VIP.
-	e.Created = Witnessed(e.Created, si.CreationTimestamp)
+	e.Created = Witnessed(e.Created, StoredAt(si))
 	for _, m := range []struct {
 		key string
 		to  *map[string]string
@@ -195,7 +211,40 @@ func Precedence(si *mcsv1beta1.ServiceImport) metav1.Time {
 	if t, err := time.Parse(time.RFC3339, si.Annotations[AnnotationExportCreated]); err == nil {
 		declared = metav1.NewTime(t.UTC())
 	}
-	return Witnessed(declared, si.CreationTimestamp)
+	return Witnessed(declared, StoredAt(si))
+}
+
+// StoredAt is when the broker first stored the record: its
+// AnnotationStored, which only the broker's administrator writes, when it
+// has a valid one, else its creationTimestamp.
+func StoredAt(si *mcsv1beta1.ServiceImport) metav1.Time {
+	if v, ok := si.Annotations[AnnotationStored]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			return metav1.NewTime(t.UTC())
+		}
+	}
+	return si.CreationTimestamp
+}
+
+// Moved returns a copy of si, a record as the broker stores it, ready to
+// be created anew in namespace by the broker's administrator: the same
+// name, labels, annotations and spec, with AnnotationStored keeping the
+// moment the broker first stored it, so that the move changes no record's
+// precedence.
+func Moved(si *mcsv1beta1.ServiceImport, namespace string) *mcsv1beta1.ServiceImport {
+	out := &mcsv1beta1.ServiceImport{
+		TypeMeta: si.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: si.Name, Namespace: namespace,
+			Labels: maps.Clone(si.Labels), Annotations: maps.Clone(si.Annotations),
+		},
+		Spec: *si.Spec.DeepCopy(),
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationStored] = formatTime(StoredAt(si))
+	return out
 }
 
 // Equal reports whether a and b encode to the same record, so a writer can

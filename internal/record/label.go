@@ -53,6 +53,8 @@ const (
 	LabelClaim = "mcsd.io/clustersetip-block"
 	// LabelDeclaration marks a member's declaration.
 	LabelDeclaration = "mcsd.io/member-declaration"
+	// LabelExportRule marks an export rule.
+	LabelExportRule = "mcsd.io/export-rule"
 )
 
 // AnnotationLeaseVersion on a cluster's heartbeat Lease is the version of

@@ -30,6 +30,11 @@ func EndpointSliceName(cluster, namespace, name string, family discoveryv1.Addre
 	return objectName(namespace, name, cluster, strings.ToLower(string(family))+"-"+strconv.Itoa(max(index, 0)))
 }
 
+// MaxEndpointsPerSlice is the most endpoints a cluster writes in one
+// broker EndpointSlice (the core EndpointSlice controller's default too):
+// the broker's budget of endpoints per slice is at least this.
+const MaxEndpointsPerSlice = 100
+
 // LeaseName is the name of cluster's heartbeat Lease in the broker
 // namespace: "cluster-<cluster>", the same name as the cluster's broker
 // ServiceAccount.

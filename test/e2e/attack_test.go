@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,20 +55,29 @@ type attackSite struct {
 
 const (
 	attackNamespace = "attack"
+	// ownedNamespace is cluster1's alone by an export rule.
+	ownedNamespace = "owned"
 	// attackCap is the importers' limit on one cluster's services here.
-	attackCap = 8
+	attackCap = 16
 	// attackHold is how long what must not happen is watched not happening.
 	attackHold = 5 * time.Second
 )
 
+// attackBudget is each member's budget on the attack site's broker: few
+// records, so that a flood reaches the quota.
+var attackBudget = broker.Budget{ServiceImports: 24, EndpointSlices: 24}
+
 func newAttackSite(t *testing.T) *attackSite {
-	cs := harness.Start(t, harness.Options{Clusters: 3})
+	// Dual-stack clusters, so that cluster1 can export a dual-stack
+	// service for cluster3 to try to narrow.
+	cs := harness.Start(t, harness.Options{Clusters: 3, IPFamilies: harness.DualStack})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
-	members := fixture.Join(t, cs)
+	members := fixture.JoinWith(t, cs, broker.Settings{MemberBudget: attackBudget})
 	s := &attackSite{t: t, ctx: ctx, cs: cs, victim: members[0], bystand: members[1], attacker: members[2]}
 	for _, m := range members {
 		createFaultNamespace(t, ctx, m.Cluster, attackNamespace)
+		createFaultNamespace(t, ctx, m.Cluster, ownedNamespace)
 	}
 	for _, m := range []*fixture.Member{s.victim, s.bystand} {
 		node, err := m.AddNode(ctx)
@@ -210,12 +220,12 @@ func (s *attackSite) attackRecord(namespace, name string, mutate func(*record.Ex
 		mutate(&e)
 	}
 	si := record.Encode(e)
-	si.Namespace = broker.DefaultNamespace
+	si.Namespace = s.attacker.BrokerNamespace()
 	return si
 }
 
 func (s *attackSite) writeRecord(si *mcsv1beta1.ServiceImport) error {
-	_, err := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Create(s.ctx, si, metav1.CreateOptions{})
+	_, err := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.attacker.BrokerNamespace()).Create(s.ctx, si, metav1.CreateOptions{})
 	return err
 }
 
@@ -224,7 +234,7 @@ func (s *attackSite) writeRecord(si *mcsv1beta1.ServiceImport) error {
 func (s *attackSite) attackSlice(namespace, name string, addrs ...string) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: broker.DefaultNamespace,
+			Namespace: s.attacker.BrokerNamespace(),
 			Name:      record.EndpointSliceName(s.attacker.ID, namespace, name, discoveryv1.AddressTypeIPv4, 0),
 			Labels:    record.EndpointSliceLabels(s.attacker.ID, namespace, name),
 		},
@@ -238,8 +248,24 @@ func (s *attackSite) attackSlice(namespace, name string, addrs ...string) *disco
 }
 
 func (s *attackSite) writeSlice(es *discoveryv1.EndpointSlice) error {
-	_, err := s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Create(s.ctx, es, metav1.CreateOptions{})
+	_, err := s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(s.attacker.BrokerNamespace()).Create(s.ctx, es, metav1.CreateOptions{})
 	return err
+}
+
+// export has cluster1 export namespace/name, a ClusterIP Service of the web
+// pods, changed by mutate.
+func (s *attackSite) export(namespace, name string, mutate func(*corev1.Service)) {
+	s.t.Helper()
+	svc := fixture.WebService(namespace, name, "web")
+	if mutate != nil {
+		mutate(svc)
+	}
+	if _, err := s.victim.Kube.CoreV1().Services(namespace).Create(s.ctx, svc, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.victim.MCS.MulticlusterV1beta1().ServiceExports(namespace).Create(s.ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // importOf waits until cluster c holds a ServiceImport namespace/name for
@@ -497,7 +523,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		return "broker (admission: the writer's ID is part of every name)"
 	})
 	run("take over cluster1's heartbeat Lease", func(t *testing.T) string {
-		leases := s.attacker.BrokerKube.CoordinationV1().Leases(broker.DefaultNamespace)
+		leases := s.attacker.BrokerKube.CoordinationV1().Leases(s.victim.BrokerNamespace())
 		l, err := leases.Get(ctx, record.LeaseName(s.victim.ID), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -507,15 +533,27 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		mustRefuse(t, "relabel cluster1's Lease", err)
 		mustRefuse(t, "delete cluster1's Lease", leases.Delete(ctx, l.Name, metav1.DeleteOptions{}))
 		squat := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName("cluster9"), Labels: record.LeaseLabels(s.attacker.ID)}}
-		_, err = leases.Create(ctx, squat, metav1.CreateOptions{})
+		_, err = s.attacker.BrokerKube.CoordinationV1().Leases(s.attacker.BrokerNamespace()).Create(ctx, squat, metav1.CreateOptions{})
 		mustRefuse(t, "create another cluster's Lease name", err)
-		return "broker (admission: labels and names)"
+		return "broker (RBAC: cluster1's namespace; admission: names)"
 	})
 	run("delete cluster1's record, slices and claim", func(t *testing.T) string {
-		mustRefuse(t, "record", s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(broker.DefaultNamespace).Delete(ctx, record.Name(s.victim.ID, attackNamespace, "web"), metav1.DeleteOptions{}))
-		mustRefuse(t, "slice", s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(broker.DefaultNamespace).Delete(ctx, record.EndpointSliceName(s.victim.ID, attackNamespace, "web", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{}))
+		mustRefuse(t, "record", s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.victim.BrokerNamespace()).Delete(ctx, record.Name(s.victim.ID, attackNamespace, "web"), metav1.DeleteOptions{}))
+		mustRefuse(t, "slice", s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(s.victim.BrokerNamespace()).Delete(ctx, record.EndpointSliceName(s.victim.ID, attackNamespace, "web", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{}))
 		mustRefuse(t, "claim", s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Delete(ctx, clustersetip.ClaimName(s.victim.ID, corev1.IPv4Protocol), metav1.DeleteOptions{}))
-		return "broker (admission: labels of the old object)"
+		return "broker (RBAC: cluster1's namespace; admission: labels of the old claim)"
+	})
+	run("write its records into cluster1's namespace or the broker namespace", func(t *testing.T) string {
+		for _, namespace := range []string{s.victim.BrokerNamespace(), broker.DefaultNamespace} {
+			si := s.attackRecord(attackNamespace, "elsewhere", nil)
+			si.Namespace = namespace
+			_, err := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(namespace).Create(ctx, si, metav1.CreateOptions{})
+			mustRefuse(t, "record in "+namespace, err)
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: record.LeaseName(s.attacker.ID), Labels: record.LeaseLabels(s.attacker.ID)}}
+			_, err = s.attacker.BrokerKube.CoordinationV1().Leases(namespace).Create(ctx, l, metav1.CreateOptions{})
+			mustRefuse(t, "Lease in "+namespace, err)
+		}
+		return "broker (RBAC: a member writes in its own namespace only)"
 	})
 	run("claim the whole clusterset range, or a second block", func(t *testing.T) string {
 		cms := s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace)
@@ -582,7 +620,8 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		es.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: attackNamespace, Name: "client"}
 		if err := s.writeSlice(es); err != nil {
 			if refusedByBroker(err) {
-				return "broker (admission)"
+				t.Logf("refused: %v", err)
+				return "broker (admission: endpoints name no node, zone or target)"
 			}
 			t.Fatal(err)
 		}
@@ -638,22 +677,217 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		}
 		return "importers (namespace denylist: kube-system)"
 	})
-	run(fmt.Sprintf("flood the clusterset with records (cap %d per cluster)", attackCap), func(t *testing.T) string {
-		const flood = 3 * attackCap
-		for i := range flood {
-			if err := s.writeRecord(s.attackRecord(attackNamespace, fmt.Sprintf("flood-%02d", i), nil)); err != nil {
-				if refusedByBroker(err) || apierrors.IsForbidden(err) {
-					t.Logf("the broker stopped the flood at record %d: %v", i, err)
-					break
+	run("keep a deleted record alive with a finalizer, or hang it off cluster1's record", func(t *testing.T) string {
+		held := s.attackRecord(attackNamespace, "held", func(e *record.Export) { e.VIPs = []string{attackerVIP(5)} })
+		held.Finalizers = []string{"example.com/keep"}
+		mustRefuse(t, "a record with a finalizer", s.writeRecord(held))
+		victims, err := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.victim.BrokerNamespace()).Get(ctx, record.Name(s.victim.ID, attackNamespace, "web"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned := s.attackRecord(attackNamespace, "owned", nil)
+		owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: "ServiceImport", Name: victims.Name, UID: victims.UID, BlockOwnerDeletion: ptr.To(true)}}
+		mustRefuse(t, "a record owned by cluster1's", s.writeRecord(owned))
+		// Its own record, which it may write, then a finalizer on it.
+		records := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.attacker.BrokerNamespace())
+		mine, err := records.Get(ctx, record.Name(s.attacker.ID, attackNamespace, "marker"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine.Finalizers = []string{"example.com/keep"}
+		_, err = records.Update(ctx, mine, metav1.UpdateOptions{})
+		mustRefuse(t, "a finalizer on its own record", err)
+		return "broker (admission: no finalizers or owner references)"
+	})
+	run("store 250 kB of exported annotations, a slice of 1000 endpoints of 1 kB, 90 kB of managedFields", func(t *testing.T) string {
+		fat := s.attackRecord(attackNamespace, "fat", func(e *record.Export) {
+			e.ExportedAnnotations = map[string]string{"example.com/blob": strings.Repeat("x", 250<<10)}
+		})
+		mustRefuse(t, "a record of 250 kB", s.writeRecord(fat))
+		wide := s.attackSlice(attackNamespace, "marker")
+		for i := range 1000 {
+			wide.Endpoints = append(wide.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{nthAddr(s.attacker.PodCIDR, 100+i).String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				Hostname:   ptr.To(fmt.Sprintf("h%d-%s", i, strings.Repeat("x", 50))),
+				NodeName:   ptr.To(strings.Repeat("n", 253)),
+				Zone:       ptr.To(strings.Repeat("z", 600)),
+			})
+		}
+		mustRefuse(t, "a slice of about 1 MB", s.writeSlice(wide))
+		records := s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.attacker.BrokerNamespace())
+		mine, err := records.Get(ctx, record.Name(s.attacker.ID, attackNamespace, "marker"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bogus := map[string]any{}
+		for i := range 1500 {
+			bogus[fmt.Sprintf("f:bogus-%04d-%s", i, strings.Repeat("y", 40))] = map[string]any{}
+		}
+		raw, err := json.Marshal(map[string]any{"f:metadata": map[string]any{"f:labels": bogus}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine.ManagedFields = append(mine.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: "stuffing", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: mcsv1beta1.GroupVersion.String(),
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw},
+		})
+		_, err = records.Update(ctx, mine, metav1.UpdateOptions{})
+		mustRefuse(t, fmt.Sprintf("%d kB of managedFields", len(raw)>>10), err)
+		return "broker (admission: byte budgets)"
+	})
+	run("export default/kubernetes, and services of kube-public and mcsd-system", func(t *testing.T) string {
+		for i, target := range []struct{ namespace, name string }{{"default", "kubernetes"}, {"kube-public", "pub"}, {"mcsd-system", "mcsd-dns"}} {
+			if err := s.writeRecord(s.attackRecord(target.namespace, target.name, func(e *record.Export) { e.VIPs = []string{attackerVIP(20 + i)} })); err != nil {
+				if refusedByBroker(err) {
+					t.Fatalf("%s/%s: refused by the broker, not by the importers: %v", target.namespace, target.name, err)
 				}
 				t.Fatal(err)
 			}
+		}
+		// A service exported in the same breath shows the importers read.
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "marker2", func(e *record.Export) { e.VIPs = []string{attackerVIP(7)} })); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []*fixture.Member{s.victim, s.bystand} {
+			if _, err := importOf(ctx, m.Cluster, attackNamespace, "marker2", func(*mcsv1beta1.ServiceImport) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
+				for _, ns := range []string{"default", "kube-public", "mcsd-system"} {
+					list, err := m.MCS.MulticlusterV1beta1().ServiceImports(ns).List(ctx, metav1.ListOptions{})
+					if err != nil {
+						return err
+					}
+					if len(list.Items) > 0 {
+						return fmt.Errorf("%s imported %s/%s", m.ID, ns, list.Items[0].Name)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		// What kubernetes.default.svc.clusterset.local answers: nothing.
+		if addrs, err := s.resolveA("kubernetes.default.svc.clusterset.local"); err != nil || len(addrs) != 0 {
+			t.Errorf("kubernetes.default.svc.clusterset.local answers %v (%v)", addrs, err)
+		}
+		return "importers (denylist: default/kubernetes, kube-public, mcsd's own namespace)"
+	})
+	run("narrow cluster1's dual-stack service to IPv6 by exporting it IPv6-only", func(t *testing.T) string {
+		s.export(attackNamespace, "dual", func(svc *corev1.Service) {
+			svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		})
+		dual, err := importOf(ctx, s.bystand.Cluster, attackNamespace, "dual", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Spec.IPs) == 2 && len(si.Spec.IPFamilies) == 2
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.writeRecord(s.attackRecord(attackNamespace, "dual", func(e *record.Export) {
+			e.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+			e.VIPs = []string{nthAddr(s.attacker.Blocks[corev1.IPv6Protocol], 10).String()}
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := importOf(ctx, s.bystand.Cluster, attackNamespace, "dual", func(si *mcsv1beta1.ServiceImport) bool {
+			return slices.ContainsFunc(si.Status.Clusters, func(c mcsv1beta1.ClusterStatus) bool { return c.Cluster == s.attacker.ID })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
+			si, err := s.bystand.MCS.MulticlusterV1beta1().ServiceImports(attackNamespace).Get(ctx, "dual", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(si.Spec.IPFamilies, dual.Spec.IPFamilies) || !slices.Equal(si.Spec.IPs, dual.Spec.IPs) {
+				return fmt.Errorf("cluster2's import of dual.attack went from %v %v to %v %v", dual.Spec.IPFamilies, dual.Spec.IPs, si.Spec.IPFamilies, si.Spec.IPs)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+		return "importers (the oldest export's IP families; cluster3 gets IPFamilyConflict)"
+	})
+	run("be declared again with cluster1's pod CIDR", func(t *testing.T) string {
+		_, err := broker.AddMember(ctx, s.cs.Broker.Kube, broker.DefaultNamespace, s.attacker.ID, broker.MemberOptions{PodCIDRs: []netip.Prefix{s.victim.PodCIDR}})
+		if err == nil || !strings.Contains(err.Error(), "of member "+s.victim.ID) {
+			t.Fatalf("declaring cluster3 with cluster1's pod CIDR %s: %v", s.victim.PodCIDR, err)
+		}
+		t.Logf("refused: %v", err)
+		return "broker (AddMember: pod CIDRs overlapping another member's)"
+	})
+	run("export a namespace an export rule gives cluster1: first, alongside, as Headless, or from before the rule", func(t *testing.T) string {
+		// Written while no rule covers the namespace.
+		if err := s.writeRecord(s.attackRecord(ownedNamespace, "old", func(e *record.Export) { e.VIPs = []string{attackerVIP(8)} })); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := importOf(ctx, s.bystand.Cluster, ownedNamespace, "old", func(*mcsv1beta1.ServiceImport) bool { return true }); err != nil {
+			t.Fatal(err)
+		}
+		rule := broker.ExportRule{Name: ownedNamespace, Namespaces: []string{ownedNamespace}, Members: []string{s.victim.ID}}
+		if err := broker.SetExportRule(ctx, s.cs.Broker.Config, broker.DefaultNamespace, rule); err != nil {
+			t.Fatal(err)
+		}
+		// Before the owner exports: it would decide type, ports and VIP.
+		mustRefuse(t, "exporting owned/api first", s.writeRecord(s.attackRecord(ownedNamespace, "api", func(e *record.Export) {
+			e.SessionAffinity = corev1.ServiceAffinityClientIP
+			e.VIPs = []string{attackerVIP(9)}
+		})))
+		s.export(ownedNamespace, "api", nil)
+		api, err := importOf(ctx, s.bystand.Cluster, ownedNamespace, "api", func(si *mcsv1beta1.ServiceImport) bool { return len(si.Spec.IPs) == 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRefuse(t, "joining owned/api with endpoints", s.writeSlice(s.attackSlice(ownedNamespace, "api", nthAddr(s.attacker.PodCIDR, 11).String())))
+		mustRefuse(t, "exporting owned/api as Headless", s.writeRecord(s.attackRecord(ownedNamespace, "api", func(e *record.Export) { e.Type = mcsv1beta1.Headless })))
+		// The record from before the rule goes from every import.
+		for _, m := range []*fixture.Member{s.victim, s.bystand} {
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := m.MCS.MulticlusterV1beta1().ServiceImports(ownedNamespace).Get(ctx, "old", metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			})
+			if err != nil {
+				t.Errorf("%s still imports owned/old, which only cluster3 exported before the rule", m.ID)
+			}
+		}
+		if err := metricReaches(ctx, s.daemons[1], "mcsd_importer_ignored_records_total", `reason="ExportNotAllowed"`, 1); err != nil {
+			t.Error(err)
+		}
+		if si, err := s.bystand.MCS.MulticlusterV1beta1().ServiceImports(ownedNamespace).Get(ctx, "api", metav1.GetOptions{}); err != nil ||
+			len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != s.victim.ID || !slices.Equal(si.Spec.IPs, api.Spec.IPs) || si.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+			t.Errorf("cluster2's owned/api: %+v (%v)", si, err)
+		}
+		return "broker (admission: export rules); importers (records from before the rule)"
+	})
+	run(fmt.Sprintf("flood the broker with records (quota %d, importers' cap %d)", attackBudget.ServiceImports, attackCap), func(t *testing.T) string {
+		const flood = 3 * attackCap
+		var stopped error
+		for i := range flood {
+			if err := s.writeRecord(s.attackRecord(attackNamespace, fmt.Sprintf("flood-%02d", i), nil)); err != nil {
+				if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: "+broker.MemberQuotaName) {
+					t.Fatalf("record %d: %v, want cluster3's quota's refusal", i, err)
+				}
+				t.Logf("cluster3's quota stopped the flood at record %d: %v", i, err)
+				stopped = err
+				break
+			}
+		}
+		if stopped == nil {
+			t.Fatalf("cluster3 wrote %d records, past its budget of %d", flood, attackBudget.ServiceImports)
 		}
 		if err := eventOn(ctx, s.bystand.Cluster, "mcsd-system", importer.EventClusterOverServiceCap, s.attacker.ID); err != nil {
 			t.Error(err)
 		}
 		if err := metricReaches(ctx, s.daemons[1], "mcsd_importer_ignored_records_total", `reason="OverServiceCap"`, 1); err != nil {
 			t.Error(err)
+		}
+		// cluster1 still exports: its quota is its own.
+		s.export(attackNamespace, "after-flood", nil)
+		if _, err := importOf(ctx, s.bystand.Cluster, attackNamespace, "after-flood", func(si *mcsv1beta1.ServiceImport) bool {
+			return len(si.Spec.IPs) == 1 && len(si.Status.Clusters) == 1 && si.Status.Clusters[0].Cluster == s.victim.ID
+		}); err != nil {
+			t.Errorf("cluster1's export after cluster3's flood: %v", err)
 		}
 		if err := hold.For(ctx, attackHold, 200*time.Millisecond, func(ctx context.Context) error {
 			list, err := s.bystand.MCS.MulticlusterV1beta1().ServiceImports(attackNamespace).List(ctx, metav1.ListOptions{})
@@ -673,7 +907,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		}); err != nil {
 			t.Error(err)
 		}
-		return "importers (per-cluster cap); broker (ResourceQuota ceiling)"
+		return "broker (cluster3's own ResourceQuota); importers (per-cluster cap)"
 	})
 
 	var b strings.Builder

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,8 +19,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/manifests"
+	"github.com/mcsd-io/mcsd/test/conformance"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/images"
 	"github.com/mcsd-io/mcsd/test/netns"
 )
 
@@ -51,14 +53,13 @@ func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member, no
 		t.Fatal(err)
 	}
 	relay := startDNSRelay(t, node.NS, d.DNS.String())
-	snippet, err := coreDNSSnippet()
+	snippet, err := manifests.CoreDNSServerBlock(relay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The cluster DNS binds loopback only; the snippet's block must share
 	// its listener.
 	snippet = strings.Replace(snippet, "{\n", "{\n    bind 127.0.0.1\n", 1)
-	snippet = strings.ReplaceAll(snippet, "MCSD_DNS_CLUSTER_IP", relay)
 	dir := filepath.Join(cs.Dir, "clusterdns-"+m.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -107,28 +108,6 @@ func (c *clusterDNS) queryOver(network, name string, qtype uint16) (*dns.Msg, er
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	resp, _, err := (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, c.addr)
 	return resp, err
-}
-
-// coreDNSSnippet is the server block of manifests/mcsd/coredns-snippet.yaml.
-func coreDNSSnippet() (string, error) {
-	b, err := os.ReadFile("../../manifests/mcsd/coredns-snippet.yaml")
-	if err != nil {
-		return "", err
-	}
-	// The literal block of data.clusterset.server, indented by four.
-	_, rest, ok := strings.Cut(string(b), "\n  clusterset.server: |\n")
-	if !ok {
-		return "", fmt.Errorf("coredns-snippet.yaml has no clusterset.server")
-	}
-	var block strings.Builder
-	for _, line := range strings.Split(rest, "\n") {
-		l, ok := strings.CutPrefix(line, "    ")
-		if !ok && line != "" {
-			break
-		}
-		block.WriteString(l + "\n")
-	}
-	return strings.TrimSpace(block.String()) + "\n", nil
 }
 
 // startDNSRelay relays DNS over UDP and TCP from a loopback port of the
@@ -205,23 +184,7 @@ func startDNSRelay(t *testing.T, ns *netns.NS, target string) string {
 
 // coreDNSBinary builds (once, cached by version) and returns the pinned
 // CoreDNS.
-func coreDNSBinary() (string, error) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return "", err
-	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		cache = filepath.Join(root, ".cache")
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "test/tools/coredns/build.sh"), filepath.Join(cache, "coredns"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building CoreDNS: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "coredns"), nil
-}
+func coreDNSBinary() (string, error) { return images.CoreDNSBinary(context.Background()) }
 
 // TestClusterDNS asks the cluster's own DNS, configured with the shipped
 // CoreDNS snippet, what only the snippet's reverse zones lead to mcsd: the
@@ -230,27 +193,26 @@ func coreDNSBinary() (string, error) {
 func TestClusterDNS(t *testing.T) {
 	s := startClusterSet(t)
 	e := s.begin(t)
-	e.deployHello(nil)
-	si := e.awaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
+	e.DeployHello(nil)
+	si := e.AwaitImport(0, func(si *mcsv1beta1.ServiceImport) error {
 		if len(si.Spec.IPs) == 0 {
 			return fmt.Errorf("no spec.ips")
 		}
 		return nil
 	})
-	e.awaitAnswer(0, e.fqdn(), dns.TypeA, exactly(si.Spec.IPs[:1]))
-	cdns := e.clusterDNSOf(0)
+	e.AwaitAnswer(0, e.FQDN(), dns.TypeA, conformance.Exactly(si.Spec.IPs[:1]))
 
 	vip := netip.MustParseAddr(si.Spec.IPs[0])
 	if !vip.Is4() || !clustersetip.DefaultClusterSetCIDRv4.Contains(vip) {
 		t.Fatalf("ClusterSetIP %s is not in the default IPv4 clusterset range %s the snippet forwards", vip, clustersetip.DefaultClusterSetCIDRv4)
 	}
 	ptr, _ := dns.ReverseAddr(vip.String())
-	e.awaitAnswer(0, ptr, dns.TypePTR, func(m *dns.Msg) error {
+	e.AwaitAnswer(0, ptr, dns.TypePTR, func(m *dns.Msg) error {
 		if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
 			return fmt.Errorf("rcode %s with %d records, want one PTR record", dns.RcodeToString[m.Rcode], len(m.Answer))
 		}
-		if p, ok := m.Answer[0].(*dns.PTR); !ok || p.Ptr != e.fqdn() {
-			return fmt.Errorf("answer %v, want PTR %s", m.Answer[0], e.fqdn())
+		if p, ok := m.Answer[0].(*dns.PTR); !ok || p.Ptr != e.FQDN() {
+			return fmt.Errorf("answer %v, want PTR %s", m.Answer[0], e.FQDN())
 		}
 		return nil
 	})
@@ -259,7 +221,7 @@ func TestClusterDNS(t *testing.T) {
 	// address is nobody's here.
 	unused, _ := dns.ReverseAddr("243.255.255.255")
 	for _, network := range []string{"udp", "tcp"} {
-		m, err := cdns.queryOver(network, unused, dns.TypePTR)
+		m, err := e.Requesters(0)[0].Query(e.Ctx(), conformance.ClusterDNS, network, unused, dns.TypePTR)
 		if err != nil {
 			t.Fatalf("asking the cluster DNS for %s over %s: %v", unused, network, err)
 		}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/test/conformance"
 	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
 )
 
 // churnServices is how many services TestResolvableMeansReachable exports
@@ -32,9 +32,9 @@ func TestResolvableMeansReachable(t *testing.T) {
 	s := startClusterSet(t)
 	e := s.begin(t)
 	for i := range 2 {
-		e.addPod(1, harness.PodSpec{Name: fmt.Sprintf("churn-%d", i), Labels: map[string]string{"app": "churn"}})
+		e.AddPod(1, conformance.PodSpec{Name: fmt.Sprintf("churn-%d", i), Labels: map[string]string{"app": "churn"}})
 	}
-	exporter := e.member(1)
+	exporter := e.Member(1)
 
 	type outcome struct {
 		name     string
@@ -50,26 +50,26 @@ func TestResolvableMeansReachable(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			if _, err := exporter.Kube.CoreV1().Services(e.ns).Create(e.ctx, fixture.WebService(e.ns, name, "churn"), metav1.CreateOptions{}); err != nil {
+			if _, err := exporter.Kube.CoreV1().Services(e.Namespace()).Create(e.Ctx(), fixture.WebService(e.Namespace(), name, "churn"), metav1.CreateOptions{}); err != nil {
 				t.Errorf("creating Service %s: %v", name, err)
 				return
 			}
-			se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}
-			if _, err := exporter.MCS.MulticlusterV1beta1().ServiceExports(e.ns).Create(e.ctx, se, metav1.CreateOptions{}); err != nil {
+			se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace(), Name: name}}
+			if _, err := exporter.MCS.MulticlusterV1beta1().ServiceExports(e.Namespace()).Create(e.Ctx(), se, metav1.CreateOptions{}); err != nil {
 				t.Errorf("creating ServiceExport %s: %v", name, err)
 			}
 		}()
 		go func() {
 			defer wg.Done()
 			outcomes[k] = outcome{name: name}
-			fqdn := name + "." + e.ns + ".svc." + zone
+			fqdn := name + "." + e.Namespace() + ".svc." + conformance.Zone
 			var vip netip.Addr
-			err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, awaitTimeout, true, func(context.Context) (bool, error) {
-				m, err := e.query(0, "udp", fqdn, dns.TypeA)
+			err := wait.PollUntilContextTimeout(e.Ctx(), 20*time.Millisecond, conformance.AwaitTimeout, true, func(context.Context) (bool, error) {
+				m, err := e.Query(0, "udp", fqdn, dns.TypeA)
 				if err != nil || m.Rcode != dns.RcodeSuccess {
 					return false, nil
 				}
-				addrs := addresses(m)
+				addrs := conformance.Addresses(m)
 				if len(addrs) == 0 {
 					return false, nil
 				}
@@ -77,11 +77,11 @@ func TestResolvableMeansReachable(t *testing.T) {
 				return err == nil, err
 			})
 			if err != nil {
-				outcomes[k].err = fmt.Errorf("%s did not resolve within %v: %w", fqdn, awaitTimeout, err)
+				outcomes[k].err = fmt.Errorf("%s did not resolve within %v: %w", fqdn, conformance.AwaitTimeout, err)
 				return
 			}
 			outcomes[k].vip, outcomes[k].resolved = vip, time.Since(began)
-			if _, err := e.connect(0, "tcp", vip, 80); err != nil {
+			if _, err := e.Connect(0, "tcp", vip, 80); err != nil {
 				outcomes[k].err = fmt.Errorf("%s resolved to %s, and the connection made at once failed: %w", fqdn, vip, err)
 			}
 		}()

@@ -48,6 +48,10 @@ type Cluster struct {
 	PodCIDRs []netip.Prefix
 	// KubeconfigPath is an admin kubeconfig for this cluster.
 	KubeconfigPath string
+	// GatewayKubeconfigPath, in runs with real nodes, is the same admin
+	// kubeconfig with the API server's gateway address, for tools run in
+	// the run's Operator namespace.
+	GatewayKubeconfigPath string
 	// Config is the admin client configuration (group system:masters).
 	Config *rest.Config
 
@@ -65,6 +69,17 @@ type Cluster struct {
 	kcm           *process
 	network       *Network
 	nodes         int
+
+	// gateway, in runs with real nodes, makes the API server reachable
+	// from nodes and pods, and them from it (gateway.go).
+	gateway *gateway
+	// real clusters run kubelets: their API server authorizes nodes and
+	// reaches kubelets, kube-scheduler runs, and the controller manager
+	// runs what Deployments and DaemonSets need.
+	real      bool
+	nodeBins  nodeBinaries
+	scheduler *process
+	realNodes []*RealNode
 }
 
 // Server is the API server's URL.
@@ -152,7 +167,7 @@ func (c *Cluster) startWithRetries(ctx context.Context) error {
 		}
 		errs = append(errs, fmt.Errorf("attempt %d of %d (after %v): %w", attempt, startAttempts, time.Since(began).Round(time.Millisecond), err))
 		c.stop()
-		c.etcd, c.apiserver, c.kcm = nil, nil, nil
+		c.etcd, c.apiserver, c.kcm, c.scheduler = nil, nil, nil, nil
 		if rmErr := os.RemoveAll(c.dir); rmErr != nil {
 			errs = append(errs, rmErr)
 			break
@@ -217,6 +232,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	serving, err := c.ca.issue("kube-apiserver", nil, true)
+	if c.gateway != nil {
+		// Nodes reach it at the gateway, pods at the kubernetes Service.
+		serving, err = c.ca.issueServer("kube-apiserver",
+			[]net.IP{net.ParseIP("127.0.0.1"), net.IP(GatewayIP.AsSlice()), net.ParseIP(c.APIServiceIP())},
+			[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	}
 	if err != nil {
 		return err
 	}
@@ -249,8 +270,20 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--v=1",
 		},
 	}
+	if c.gateway != nil {
+		extra, err := c.gatewayFlags(pki)
+		if err != nil {
+			return err
+		}
+		c.apiserver.args = append(withoutFlags(c.apiserver.args, "--advertise-address", "--endpoint-reconciler-type", "--authorization-mode"), extra...)
+	}
 	if err := c.startAPIServer(ctx); err != nil {
 		return err
+	}
+	if c.gateway != nil {
+		if err := c.gateway.forward(c.apiserverPort); err != nil {
+			return err
+		}
 	}
 
 	if err := c.connect(); err != nil {
@@ -277,7 +310,10 @@ func (c *Cluster) start(ctx context.Context) error {
 			"--kubeconfig=" + kcmConfig,
 			// No kubelets run here: the node lifecycle controller would taint
 			// harness Nodes and evict their Pods, so only what is needed runs.
-			"--controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller",
+			// The resource quota controller computes quotas' usage, without
+			// which the API server enforces none (the broker's per-member
+			// quotas).
+			"--controllers=" + c.controllers(),
 			"--service-account-private-key-file=" + saKey,
 			"--root-ca-file=" + caPath,
 			// The node IPAM controller does not run (harness nodes come
@@ -293,6 +329,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	if err := c.kcm.start(); err != nil {
 		return err
+	}
+	if c.real {
+		if err := c.startScheduler(); err != nil {
+			return err
+		}
 	}
 	// The default ServiceAccount appears once the controllers run.
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -352,6 +393,14 @@ func (c *Cluster) connect() error {
 	if err := c.WriteKubeconfig(c.KubeconfigPath, admin); err != nil {
 		return err
 	}
+	if c.gateway != nil {
+		c.GatewayKubeconfigPath = filepath.Join(c.dir, "kubeconfig-gateway")
+		viaGateway := rest.CopyConfig(admin)
+		viaGateway.Host = c.GatewayServer()
+		if err := c.WriteKubeconfig(c.GatewayKubeconfigPath, viaGateway); err != nil {
+			return err
+		}
+	}
 	if c.Kube, err = kubernetes.NewForConfig(admin); err != nil {
 		return err
 	}
@@ -376,7 +425,7 @@ func joinPrefixes(ps []netip.Prefix) string {
 
 func (c *Cluster) stop() {
 	// The API server goes before its etcd: the other order can hang it.
-	for _, p := range []*process{c.kcm, c.apiserver, c.etcd} {
+	for _, p := range []*process{c.scheduler, c.kcm, c.apiserver, c.etcd} {
 		if p != nil {
 			p.stop()
 		}

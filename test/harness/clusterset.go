@@ -2,12 +2,15 @@
 // broker and N member clusters, each with its own etcd, kube-apiserver and
 // kube-controller-manager — plus a flat pod network of Linux network
 // namespaces, so controllers, DNS and the proxier are tested against real
-// parts. It needs root, iproute2 and Debian's etcd; it builds the pinned
-// Kubernetes components on first use. Production code must not import it.
+// parts; with Options.RealNodes, real kubelet nodes too (realnode.go). It
+// needs root, iproute2 and Debian's etcd (and for real nodes runc and the
+// CNI plugins); it builds the pinned Kubernetes components and containerd
+// on first use. Production code must not import it.
 package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/test/images"
+	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
 
@@ -37,6 +42,14 @@ type Options struct {
 	// families, for a clusterset that mixes single-stack IPv4 and IPv6
 	// clusters; members it does not cover take IPFamilies.
 	MemberIPFamilies [][]corev1.IPFamily
+	// RealNodes gives every member cluster Nodes real nodes (default 1):
+	// a kubelet, containerd and kube-proxy each (realnode.go), with a
+	// kube-scheduler per cluster. Clusters stay IPv4-only; the API servers
+	// are reached from nodes and pods through the run's gateway
+	// (gateway.go). Without it a cluster has no node until a test adds
+	// harness nodes (AddNode).
+	RealNodes bool
+	Nodes     int
 }
 
 // ClusterSet is a running broker and its member clusters.
@@ -44,11 +57,19 @@ type ClusterSet struct {
 	Broker  *Cluster
 	Members []*Cluster
 	Network *Network
+	// Operator, in runs with real nodes, is a network namespace on the
+	// fabric standing in for an operator's machine: from there each
+	// cluster's GatewayKubeconfigPath reaches its API server, and the
+	// broker is reached at the address members were given (the test's own
+	// network reaches neither).
+	Operator *netns.NS
 	// Dir holds logs, kubeconfigs and data of this run.
 	Dir string
 
 	runID     string
 	closeOnce sync.Once
+	// realNodes says the run starts kubelets (cgroups, kernel tunables).
+	realNodes bool
 
 	programsMu sync.Mutex
 	programs   []*process
@@ -104,6 +125,22 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	var nodeBins nodeBinaries
+	var pause images.Image
+	if opts.RealNodes {
+		if opts.Nodes <= 0 {
+			opts.Nodes = 1
+		}
+		if !slices.Equal(opts.IPFamilies, IPv4Only) || len(opts.MemberIPFamilies) > 0 {
+			return nil, fmt.Errorf("real nodes are IPv4-only; asked for %v %v", opts.IPFamilies, opts.MemberIPFamilies)
+		}
+		if nodeBins, err = findNodeBinaries(); err != nil {
+			return nil, err
+		}
+		if pause, err = images.Pause(ctx); err != nil {
+			return nil, fmt.Errorf("building the pause image: %w", err)
+		}
+	}
 	ca, err := newAuthority()
 	if err != nil {
 		return nil, err
@@ -116,6 +153,22 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if cs.Network, err = newNetwork(runID); err != nil {
 		cs.Close()
 		return nil, err
+	}
+	var gw *gateway
+	if opts.RealNodes {
+		if gw, err = cs.Network.openGateway(filepath.Join(cs.Dir, "egress.sock")); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		if cs.Operator, err = cs.Network.addOperator(); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		if err := saveKernelTunables(cs.Dir); err != nil {
+			cs.Close()
+			return nil, err
+		}
+		cs.realNodes = true
 	}
 	for i := 0; i <= opts.Clusters; i++ {
 		name := fmt.Sprintf("cluster%d", i)
@@ -137,6 +190,9 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			ca:         ca,
 			bins:       bins,
 			network:    cs.Network,
+			gateway:    gw,
+			real:       opts.RealNodes && i > 0,
+			nodeBins:   nodeBins,
 		}
 		for _, f := range families {
 			if f == corev1.IPv6Protocol {
@@ -171,11 +227,66 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			return nil, err
 		}
 	}
+	if opts.RealNodes {
+		if err := cs.startRealNodes(ctx, opts.Nodes, pause); err != nil {
+			cs.Close()
+			return nil, err
+		}
+	}
 	if err := cs.writeEnv(); err != nil {
 		cs.Close()
 		return nil, err
 	}
 	return cs, nil
+}
+
+// startRealNodes gives every member n real nodes, started together.
+func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause images.Image) error {
+	var nodes []*RealNode
+	for _, c := range cs.Members {
+		for range n {
+			node, err := c.newRealNode(cs.runID)
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, node)
+		}
+	}
+	return onEach(nodes, func(node *RealNode) error {
+		if err := node.start(ctx, pause); err != nil {
+			return fmt.Errorf("starting node %s: %w", node.Name, err)
+		}
+		return nil
+	})
+}
+
+// onEach runs fn on each node at once and joins their errors.
+func onEach(nodes []*RealNode, fn func(*RealNode) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(node)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// RealNodes are the real nodes of every member, cluster by cluster.
+func (cs *ClusterSet) RealNodes() []*RealNode {
+	var out []*RealNode
+	for _, c := range cs.Members {
+		out = append(out, c.realNodes...)
+	}
+	return out
+}
+
+// ImportImage imports an image into every real node's containerd.
+func (cs *ClusterSet) ImportImage(ctx context.Context, img images.Image) error {
+	return onEach(cs.RealNodes(), func(n *RealNode) error { return n.ImportImage(ctx, img) })
 }
 
 // writeEnv writes <Dir>/env, shell exports of every cluster's kubeconfig,
@@ -197,6 +308,16 @@ func (cs *ClusterSet) Close() {
 			p.stop()
 		}
 		cs.programsMu.Unlock()
+		// Real nodes next: their pods and daemons go with their cgroups.
+		if err := onEach(cs.RealNodes(), (*RealNode).stop); err != nil {
+			klog.ErrorS(err, "Stopping the real nodes")
+		}
+		if cs.realNodes {
+			if _, err := killCgroup(runCgroup(cs.runID)); err != nil {
+				klog.ErrorS(err, "Removing the cgroups of the run")
+			}
+			removeCgroupGroup()
+		}
 		if cs.Network != nil {
 			cs.Network.close()
 		}
@@ -212,6 +333,11 @@ func (cs *ClusterSet) Close() {
 			}()
 		}
 		wg.Wait()
+		if cs.realNodes {
+			if _, err := restoreKernelTunables(cs.runID); err != nil {
+				klog.ErrorS(err, "Restoring the kernel tunables kubelets change")
+			}
+		}
 		if os.Getenv("MCSD_HARNESS_KEEP") == "" {
 			_ = os.RemoveAll(cs.Dir)
 		}

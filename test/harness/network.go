@@ -34,6 +34,10 @@ type Network struct {
 
 	mu    sync.Mutex
 	nodes []*Node
+	// gateway connects real nodes with the API servers (gateway.go); nil
+	// in runs without real nodes, as is operator.
+	gateway  *gateway
+	operator *netns.NS
 }
 
 const (
@@ -62,12 +66,21 @@ func newNetwork(runID string) (*Network, error) {
 // close deletes every namespace of the run; interfaces and routes go with them.
 func (n *Network) close() {
 	n.mu.Lock()
+	g := n.gateway
+	n.mu.Unlock()
+	if g != nil {
+		g.close()
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, node := range n.nodes {
 		node.deletePods()
 		_ = node.NS.Delete()
 	}
 	n.nodes = nil
+	if n.operator != nil {
+		_ = n.operator.Delete()
+	}
 	_ = n.fabric.Delete()
 }
 
@@ -87,6 +100,9 @@ type Node struct {
 	PodSubnet  netip.Prefix
 	PodSubnets []netip.Prefix
 
+	// real nodes run a kubelet (RealNode): the harness adds no pods there.
+	real bool
+
 	mu      sync.Mutex
 	nextPod int
 	pods    map[string]*Pod
@@ -95,6 +111,19 @@ type Node struct {
 // AddNode creates a node in the cluster: its namespace, its uplink and
 // routes to and from every other node of the run, and its Node object.
 func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
+	node, err := c.addNodeNetwork()
+	if err != nil {
+		return nil, err
+	}
+	if err := node.register(ctx); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
+
+// addNodeNetwork creates a node's namespace, its uplink and the routes to
+// and from every other node of the run.
+func (c *Cluster) addNodeNetwork() (*Node, error) {
 	if c.Index == 0 {
 		return nil, fmt.Errorf("the broker runs no pods")
 	}
@@ -151,8 +180,18 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 			}
 		}
 	}
+	if err := net.routeToNode(node); err != nil {
+		_ = ns.Delete()
+		return nil, err
+	}
 	net.nodes = append(net.nodes, node)
+	return node, nil
+}
 
+// register creates the Node object of a node without a kubelet, with the
+// status a kubelet would post.
+func (node *Node) register(ctx context.Context) error {
+	c, name := node.Cluster, node.Name
 	obj := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			corev1.LabelHostname:      name,
@@ -169,7 +208,7 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 		created, err = c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating Node %s: %w", name, err)
+		return fmt.Errorf("creating Node %s: %w", name, err)
 	}
 	created.Status.Addresses = nil
 	for _, ip := range node.IPs {
@@ -178,9 +217,9 @@ func (c *Cluster) AddNode(ctx context.Context) (*Node, error) {
 	created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
 	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "HarnessNode", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	if _, err := c.Kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return nil, fmt.Errorf("setting status of Node %s: %w", name, err)
+		return fmt.Errorf("setting status of Node %s: %w", name, err)
 	}
-	return node, nil
+	return nil
 }
 
 func (node *Node) plumb(net *Network) error {

@@ -57,6 +57,29 @@ type keyPair struct {
 }
 
 func (a *authority) issue(cn string, orgs []string, server bool) (keyPair, error) {
+	if server {
+		return a.issueServer(cn, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	}
+	return a.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn, Organization: orgs},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// issueServer issues a serving certificate for the given addresses and
+// names.
+func (a *authority) issueServer(cn string, ips []net.IP, names []string) (keyPair, error) {
+	return a.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: ips,
+		DNSNames:    names,
+	})
+}
+
+// sign completes tmpl (serial, validity, key usage) and signs it with a new
+// key.
+func (a *authority) sign(tmpl *x509.Certificate) (keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return keyPair{}, err
@@ -65,19 +88,10 @@ func (a *authority) issue(cn string, orgs []string, server bool) (keyPair, error
 	if err != nil {
 		return keyPair{}, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.DNSNames = []string{"localhost"}
-	}
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(7 * 24 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
 	if err != nil {
 		return keyPair{}, err

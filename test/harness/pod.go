@@ -60,6 +60,9 @@ func (node *Node) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if len(spec.Ports) == 0 {
 		spec.Ports = []int32{8080}
 	}
+	if node.real {
+		return nil, fmt.Errorf("%s runs a kubelet: create a Pod object, the kubelet runs it", node.Name)
+	}
 	node.mu.Lock()
 	if _, taken := node.pods[spec.Namespace+"/"+spec.Name]; taken {
 		node.mu.Unlock()

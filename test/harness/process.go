@@ -23,6 +23,8 @@ type process struct {
 	args    []string
 	logPath string
 	pidDir  string
+	// env, when set, is the whole environment of the process.
+	env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -38,6 +40,7 @@ func (p *process) start() error {
 		return err
 	}
 	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = p.env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -60,6 +63,16 @@ func (p *process) start() error {
 		close(done)
 	}()
 	return nil
+}
+
+// pid is the process's id, 0 before it started.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // exited reports whether the process has ended, and how.

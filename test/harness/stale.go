@@ -48,10 +48,17 @@ func OwnerPID(runID string) (int, bool) {
 }
 
 // CleanStale removes what runs whose owner process is gone left behind:
-// their processes, network namespaces and state directories. Runs of live
-// owners are untouched. It returns what it removed, for logs.
+// their processes, the processes and cgroups of their real nodes (container
+// processes and shims outlive the killed run; the nodes' mounts go with the
+// last process of each node's mount namespace), network namespaces and
+// state directories, and it puts back the kernel tunables their kubelets
+// changed unless a live run still has kubelets. Runs of live owners are
+// untouched. It returns what it removed, for logs.
 func CleanStale() ([]string, error) {
-	var removed []string
+	removed, err := staleCgroups()
+	if err != nil {
+		return removed, err
+	}
 	base := StateBase()
 	entries, err := os.ReadDir(base)
 	if err != nil && !os.IsNotExist(err) {
@@ -97,7 +104,11 @@ func CleanStale() ([]string, error) {
 		}
 		removed = append(removed, "network namespace "+name)
 	}
-	return removed, nil
+	restored, err := restoreKernelTunables("")
+	if restored {
+		removed = append(removed, "kernel tunables changed by kubelets (restored)")
+	}
+	return removed, err
 }
 
 // isHarnessProcess guards against killing an unrelated process that reused a
@@ -107,7 +118,7 @@ func isHarnessProcess(pid int) bool {
 	if err != nil {
 		return false
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "mcsd"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "containerd", "mcsd"} {
 		if strings.Contains(string(cmdline), name) {
 			return true
 		}

@@ -22,34 +22,9 @@ import (
 // its namespaces and state directory.
 func TestLeftoversOfAKilledRunAreCleanedOnTheNextStart(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := filepath.Join(t.TempDir(), "clusterset")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcsd-io/mcsd/test/cmd/clusterset").CombinedOutput(); err != nil {
-		t.Fatalf("building clusterset: %v\n%s", err, out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "up", "--clusters=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	ready := false
-	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "Ready in") {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		t.Fatal("clusterset up never became ready")
-	}
-	runID := strconv.Itoa(cmd.Process.Pid) + "x1"
+	cmd, runID := clustersetUp(ctx, t, "--clusters=1")
 	runDir := filepath.Join(harness.StateBase(), runID)
 	pids := recordedPIDs(t, runDir)
 	if len(pids) != 6 {
@@ -85,4 +60,33 @@ func TestLeftoversOfAKilledRunAreCleanedOnTheNextStart(t *testing.T) {
 	if left, _ := netns.List("mcsdh" + runID + "-"); len(left) > 0 {
 		t.Errorf("namespaces survived cleaning: %v", left)
 	}
+}
+
+// clustersetUp runs `clusterset up` with args in a process of its own (a
+// run the test can kill) and returns once the clusters are ready, with the
+// run's ID.
+func clustersetUp(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "clusterset")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcsd-io/mcsd/test/cmd/clusterset").CombinedOutput(); err != nil {
+		t.Fatalf("building clusterset: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"up"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		if strings.HasPrefix(lines.Text(), "Ready in") {
+			return cmd, strconv.Itoa(cmd.Process.Pid) + "x1"
+		}
+	}
+	t.Fatal("clusterset up never became ready")
+	return nil, ""
 }

@@ -111,7 +111,8 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 			"update serviceexports.multicluster.x-k8s.io -n default":            "no",
 			"delete clusterproperties.about.k8s.io":                             "no",
 			"update leases.coordination.k8s.io/mcsd-controllers -n mcsd-system": "yes",
-			"update leases.coordination.k8s.io/other -n mcsd-system":            "no",
+			"update leases.coordination.k8s.io/mcsd-node-n1 -n mcsd-system":     "yes",
+			"update leases.coordination.k8s.io/other -n default":                "no",
 			"update configmaps/mcsd-clusterset-liveness -n mcsd-system":         "yes",
 			"update configmaps/other -n mcsd-system":                            "no",
 			"list configmaps -A":                                                "no",
@@ -225,20 +226,20 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		}
 	}
 
-	// The script declared each member and raised the broker's quota to one
-	// member budget per member and a spare one.
+	// The script declared each member and gave it a namespace with its
+	// own quota of the shipped budget.
 	for _, m := range members {
 		decl, err := cs.Broker.Kube.CoreV1().ConfigMaps("mcsd-broker").Get(ctx, "mcsd-member-"+m.id, metav1.GetOptions{})
 		if err != nil || decl.Data["podCIDRs"] != m.cluster.PodCIDR.String() {
 			t.Errorf("declaration of %s: %v, %v", m.cluster.Name, decl.Data, err)
 		}
-	}
-	quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker").Get(ctx, "mcsd-broker", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 15000 {
-		t.Errorf("quota of export records after two joins: %s, want 15000", got.String())
+		quota, err := cs.Broker.Kube.CoreV1().ResourceQuotas("mcsd-broker-"+m.id).Get(ctx, "mcsd-member", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := quota.Spec.Hard["count/serviceimports.multicluster.x-k8s.io"]; got.Value() != 2000 {
+			t.Errorf("quota of %s's export records: %s, want 2000", m.cluster.Name, got.String())
+		}
 	}
 
 	// The kubeconfig the script wrote is the member's identity and no
@@ -263,21 +264,11 @@ func kubectl(t *testing.T) string {
 	if path, err := exec.LookPath("kubectl"); err == nil {
 		return filepath.Dir(path)
 	}
-	cache := os.Getenv("MCSD_CACHE")
-	if cache == "" {
-		abs, err := filepath.Abs(filepath.Join(repoRoot, ".cache"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = abs
-	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot, "test/tools/build.sh"), filepath.Join(cache, "k8s"), "kubectl")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	path, err := harness.KubernetesTool("kubectl")
 	if err != nil {
 		t.Fatalf("no kubectl on PATH, and building one failed: %v", err)
 	}
-	return strings.TrimSpace(string(out))
+	return filepath.Dir(path)
 }
 
 func daemonSet(t *testing.T) *appsv1.DaemonSet {

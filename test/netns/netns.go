@@ -15,9 +15,25 @@ import (
 	"github.com/mcsd-io/mcsd/nsenter"
 )
 
-// NS is a named network namespace (a file under /run/netns).
+// NS is a named network namespace (a file under /run/netns), or one known
+// only by a path (At).
 type NS struct {
 	Name string
+	// path, when set, is where the namespace is (At); it has no name.
+	path string
+}
+
+// At returns the network namespace at path, such as /proc/PID/ns/net of a
+// container's process: code, sockets and commands run in it as in a named
+// one; it cannot be deleted through it.
+func At(path string) *NS { return &NS{path: path} }
+
+// nsPath is where the namespace is.
+func (n *NS) nsPath() string {
+	if n.path != "" {
+		return n.path
+	}
+	return Path(n.Name)
 }
 
 // New creates the named namespace with its loopback up. An existing namespace
@@ -61,6 +77,9 @@ func List(prefix string) ([]string, error) {
 // Delete removes the namespace; its interfaces go with it. Deleting one that
 // is already gone is not an error.
 func (n *NS) Delete() error {
+	if n.path != "" {
+		return fmt.Errorf("the network namespace at %s is not the test's to delete", n.path)
+	}
 	return DeleteNamed(n.Name)
 }
 
@@ -77,18 +96,32 @@ func DeleteNamed(name string) error {
 
 // IP runs `ip -n <ns> args...` and returns its output.
 func (n *NS) IP(args ...string) (string, error) {
+	if n.path != "" {
+		return n.Exec("ip", args...)
+	}
 	return n.run("ip", append([]string{"-n", n.Name}, args...)...)
 }
 
 // Exec runs a program inside the namespace and returns its combined output.
 func (n *NS) Exec(name string, args ...string) (string, error) {
-	return n.run("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	argv := n.argv(name, args)
+	return n.run(argv[0], argv[1:]...)
 }
 
 // Command returns a command that runs inside the namespace, for callers that
 // need its pipes or want it to run in the background.
 func (n *NS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	argv := n.argv(name, args)
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
+}
+
+// argv is the command line that runs name with args inside the namespace:
+// `ip netns exec` for a named one, nsenter for one known by its path.
+func (n *NS) argv(name string, args []string) []string {
+	if n.path != "" {
+		return append([]string{"nsenter", "--net=" + n.path, "--", name}, args...)
+	}
+	return append([]string{"ip", "netns", "exec", n.Name, name}, args...)
 }
 
 func (n *NS) run(name string, args ...string) (string, error) {
@@ -102,7 +135,7 @@ func (n *NS) run(name string, args ...string) (string, error) {
 // Do runs fn on an OS thread switched into the namespace. Sockets fn opens
 // stay in the namespace for their whole life, and programs fn starts inherit
 // it.
-func (n *NS) Do(fn func() error) error { return nsenter.Do(Path(n.Name), fn) }
+func (n *NS) Do(fn func() error) error { return nsenter.Do(n.nsPath(), fn) }
 
 // Listen opens a stream listener inside the namespace.
 func (n *NS) Listen(network, address string) (net.Listener, error) {

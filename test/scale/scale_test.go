@@ -212,7 +212,7 @@ func run(b *testing.B, sc scenario) result {
 	dead.stop()
 	// The last renewal is what the broker holds: a renewal whose answer
 	// the stop cut off may still have been written.
-	lease, err := brokerKube.CoordinationV1().Leases(broker.DefaultNamespace).Get(ctx, record.LeaseName(clusters[1]), metav1.GetOptions{})
+	lease, err := brokerKube.CoordinationV1().Leases(record.MemberNamespace(broker.DefaultNamespace, clusters[1])).Get(ctx, record.LeaseName(clusters[1]), metav1.GetOptions{})
 	if err != nil || lease.Spec.RenewTime == nil {
 		b.Fatalf("reading the dead cluster's Lease: %v", err)
 	}

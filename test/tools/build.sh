@@ -6,6 +6,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:?usage: build.sh CACHE_DIR [component...]}
+# Absolute: the builds below run from this script's directory.
+cache=$(realpath -m "$cache")
 shift
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager)

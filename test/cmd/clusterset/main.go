@@ -1,7 +1,8 @@
 // Command clusterset runs the test harness by hand: a broker and member
 // clusters of real Kubernetes control planes on loopback.
 //
-//	clusterset up [--clusters=N]   start, print how to use it, stay up until Ctrl-C
+//	clusterset up [--clusters=N] [--real-nodes=M]
+//	                               start, print how to use it, stay up until Ctrl-C
 //	clusterset env                 print the kubeconfig exports of the running set
 //	clusterset down                stop a running set and clean leftovers of dead ones
 package main
@@ -43,7 +44,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: clusterset up [--clusters=N] | env | down")
+	fmt.Fprintln(os.Stderr, "usage: clusterset up [--clusters=N] [--real-nodes=M] | env | down")
 	os.Exit(2)
 }
 
@@ -51,20 +52,27 @@ func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	clusters := fs.Int("clusters", 2, "number of member clusters besides the broker")
 	nodes := fs.Bool("nodes", true, "give each member cluster one node for pods")
+	realNodes := fs.Int("real-nodes", 0, "give each member cluster this many real nodes (kubelet, containerd, kube-proxy) instead")
 	_ = fs.Parse(args)
 	if *clusters < 1 {
 		return fmt.Errorf("--clusters must be at least 1, got %d", *clusters)
+	}
+	if *realNodes < 0 {
+		return fmt.Errorf("--real-nodes must not be negative, got %d", *realNodes)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	began := time.Now()
 	fmt.Printf("Starting a broker and %d member clusters (etcd + kube-apiserver + kube-controller-manager each)...\n", *clusters)
-	cs, err := harness.Up(ctx, harness.Options{Clusters: *clusters})
+	cs, err := harness.Up(ctx, harness.Options{Clusters: *clusters, RealNodes: *realNodes > 0, Nodes: *realNodes})
 	if err != nil {
 		return err
 	}
 	defer cs.Close()
-	if *nodes {
+	for _, n := range cs.RealNodes() {
+		fmt.Printf("  real node %s: network namespace %s, address %s, pod subnet %s, logs in %s\n", n.Name, n.NS.Name, n.IP, n.PodSubnet, n.Dir)
+	}
+	if *nodes && *realNodes == 0 {
 		for _, c := range cs.Members {
 			n, err := c.AddNode(ctx)
 			if err != nil {

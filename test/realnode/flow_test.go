@@ -1,0 +1,221 @@
+package realnode
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcsd-io/mcsd/test/echo"
+)
+
+// exportedEcho exports an echo service of cluster2 (a backend on each of
+// its nodes) in namespace ns and waits until cluster1's clients resolve
+// it through their cluster DNS; it returns the ClusterSetIP.
+func (w *world) exportedEcho(ctx context.Context, t *testing.T, ns, name string) netip.Addr {
+	t.Helper()
+	exporting := w.members[1]
+	w.namespace(t, ns)
+	w.backends(ctx, t, exporting, ns, name)
+	w.services(ctx, t, exporting, ns, name, []string{name})
+	w.export(ctx, t, exporting, ns, name)
+	return w.awaitResolved(ctx, t, ns, name)
+}
+
+// snippetCache is how long the shipped snippet's `cache 5` lets a CoreDNS
+// replica keep an answer, a negative one too: after a name first resolves,
+// another replica may still answer NXDOMAIN from its cache for that long.
+const snippetCache = 5 * time.Second
+
+// awaitResolved waits until every client of cluster1 resolves a clusterset
+// name through its cluster DNS, and has for longer than the cluster DNS
+// caches answers (every replica has it then), and returns the address.
+func (w *world) awaitResolved(ctx context.Context, t *testing.T, ns, name string) netip.Addr {
+	t.Helper()
+	var vip netip.Addr
+	var since time.Time
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, pollEvery, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for _, c := range w.members[0].clients {
+			a, ok, err := viaClusterDNS(c).lookup(fqdn(ns, name))
+			if err != nil || !ok || (vip.IsValid() && a != vip) {
+				last = fmt.Errorf("%s: %v %v %v", c, a, ok, err)
+				since = time.Time{}
+				return false, nil
+			}
+			vip = a
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) > snippetCache, nil
+	})
+	if err != nil {
+		t.Fatalf("%s did not resolve steadily through the cluster DNS of %s (last: %v): %v", fqdn(ns, name), w.members[0].Name, last, err)
+	}
+	return vip
+}
+
+// flow is a long-lived TCP connection from a client pod through a
+// ClusterSetIP to an echo backend, exercised every interval until stopped:
+// each exchange writes a byte and reads the backend's identity line.
+type flow struct {
+	conn     net.Conn
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	err      error
+	backend  echo.Identity
+	exchange int
+}
+
+func openFlow(ctx context.Context, t *testing.T, c *client, vip netip.Addr) *flow {
+	t.Helper()
+	addr := netip.AddrPortFrom(vip, echoPort).String()
+	conn, err := c.dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("%s: connecting to %s: %v", c, addr, err)
+	}
+	r := bufio.NewReader(conn)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s: reading the greeting of %s: %v", c, addr, err)
+	}
+	id, err := echo.Parse(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flow{conn: conn, stop: make(chan struct{}), done: make(chan struct{}), backend: id}
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			line := ""
+			_, err := conn.Write([]byte{'.'})
+			if err == nil {
+				line, err = r.ReadString('\n')
+			}
+			if err == nil {
+				var got echo.Identity
+				if got, err = echo.Parse(line); err == nil && got != id {
+					err = fmt.Errorf("answered by %s, not %s", got, id)
+				}
+			}
+			f.mu.Lock()
+			if err != nil {
+				f.err = fmt.Errorf("exchange %d over the connection to %s (%s): %w", f.exchange+1, addr, id, err)
+				f.mu.Unlock()
+				return
+			}
+			f.exchange++
+			f.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { f.close() })
+	return f
+}
+
+// close stops the flow and returns its first failure.
+func (f *flow) close() error {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	<-f.done
+	f.conn.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// exchanges says how many exchanges succeeded so far, and the failure that
+// stopped them, if any.
+func (f *flow) exchanges() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.exchange, f.err
+}
+
+// dnsPoller asks every client of cluster1 for a name through its cluster
+// DNS every pollEvery until stopped; a query that fails, or answers other
+// than want, is a failure.
+type dnsPoller struct {
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	queries  int
+	failures []error
+}
+
+func (w *world) pollDNS(ns, name string, want netip.Addr) *dnsPoller {
+	p := &dnsPoller{stop: make(chan struct{})}
+	for _, c := range w.members[0].clients {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			tick := time.NewTicker(pollEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-p.stop:
+					return
+				case <-tick.C:
+				}
+				got, ok, err := viaClusterDNS(c).lookup(fqdn(ns, name))
+				if err == nil && (!ok || got != want) {
+					err = fmt.Errorf("answered %v (resolved: %v), want %s", got, ok, want)
+				}
+				p.mu.Lock()
+				p.queries++
+				if err != nil {
+					p.failures = append(p.failures, fmt.Errorf("%s at %s: %w", c, time.Now().Format(time.StampMilli), err))
+				}
+				p.mu.Unlock()
+			}
+		}()
+	}
+	return p
+}
+
+// close stops the poller and returns how many queries it made and which
+// failed.
+func (p *dnsPoller) close() (int, []error) {
+	close(p.stop)
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.queries, p.failures
+}
+
+// leader says who holds a member's leader-election Lease: its node (the
+// identity is <node>_<unique id>) and since when.
+func leader(ctx context.Context, m *member) (node string, acquired time.Time, err error) {
+	l, err := m.Kube.CoordinationV1().Leases(mcsdNamespace).Get(ctx, "mcsd-controllers", metav1.GetOptions{})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.AcquireTime == nil {
+		return "", time.Time{}, fmt.Errorf("the Lease %s/%s has no holder", mcsdNamespace, l.Name)
+	}
+	id := *l.Spec.HolderIdentity
+	if i := strings.LastIndex(id, "_"); i > 0 {
+		id = id[:i]
+	}
+	return id, l.Spec.AcquireTime.Time, nil
+}

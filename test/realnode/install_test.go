@@ -1,0 +1,349 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcsd-io/mcsd/manifests"
+	"github.com/mcsd-io/mcsd/test/images"
+)
+
+// The names manifests/mcsd ships.
+const (
+	mcsdNamespace = "mcsd-system"
+	mcsdDaemonSet = "mcsd"
+	mcsdSelector  = "app.kubernetes.io/name=mcsd"
+	mcsdDNS       = "mcsd-dns"
+	shippedImage  = "ghcr.io/mcsd-io/mcsd"
+)
+
+// installBroker installs the broker as the README says.
+func (w *world) installBroker(ctx context.Context) error {
+	_, err := w.kubectl(ctx, "", "mcs", "broker", "install", "--broker-context", w.cs.Broker.Name)
+	return err
+}
+
+// join declares a member on the broker and stores its broker credentials
+// in it, with the broker's address as the member's nodes reach it.
+func (w *world) join(ctx context.Context, m *member) error {
+	_, err := w.kubectl(ctx, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
+		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer())
+	return err
+}
+
+// overlay is the kustomization the README's "Join a cluster" shows: the
+// shipped manifests, the image override and the cluster's pod CIDRs.
+var overlay = template.Must(template.New("overlay").Parse(`resources:
+- {{.Base}}
+images:
+- name: {{.Shipped}}
+  newName: {{.Name}}
+  newTag: {{.Tag}}
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: mcsd, namespace: mcsd-system}
+    spec:
+      template:
+        spec:
+          containers:
+          - name: mcsd
+            env:
+            - name: POD_CIDRS
+              value: {{.PodCIDRs}}
+`))
+
+// applyMCSD writes the member's overlay for img and applies it with
+// kubectl apply -k, then waits until the DaemonSet has rolled out: every
+// node's pod of this template Ready.
+func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) error {
+	dir := filepath.Join(w.dir, "overlays", m.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	base, err := filepath.Rel(dir, filepath.Join(w.root, "manifests", "mcsd"))
+	if err != nil {
+		return err
+	}
+	name, tag, ok := strings.Cut(img.Ref, ":")
+	if !ok {
+		return fmt.Errorf("image reference %q has no tag", img.Ref)
+	}
+	var b strings.Builder
+	if err := overlay.Execute(&b, map[string]string{"Base": base, "Shipped": shippedImage, "Name": name, "Tag": tag, "PodCIDRs": m.PodCIDR.String()}); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", dir); err != nil {
+		return err
+	}
+	return w.awaitRollout(ctx, m, img.Ref)
+}
+
+// crashLoop is how often an mcsd container may restart before a rollout
+// is given up: it is not going to start.
+const crashLoop = 3
+
+// awaitRollout waits until the mcsd DaemonSet runs img on every node, each
+// pod Ready.
+func (w *world) awaitRollout(ctx context.Context, m *member, ref string) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := m.Kube.AppsV1().DaemonSets(mcsdNamespace).Get(ctx, mcsdDaemonSet, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = rolloutState(ds)
+		if ds.Status.ObservedGeneration < ds.Generation || ds.Spec.Template.Spec.Containers[0].Image != ref {
+			return false, nil
+		}
+		n := ds.Status.DesiredNumberScheduled
+		if n != int32(len(m.RealNodes())) || ds.Status.UpdatedNumberScheduled != n || ds.Status.NumberReady != n || ds.Status.NumberAvailable != n {
+			return false, nil
+		}
+		pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == ref && podReady(&p) {
+				ready++
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.RestartCount >= crashLoop {
+					return false, fmt.Errorf("pod %s restarted %d times", p.Name, cs.RestartCount)
+				}
+			}
+		}
+		last += fmt.Sprintf(", %d of %d pods of %s Ready", ready, len(pods.Items), ref)
+		return ready == len(pods.Items) && int32(ready) == n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the mcsd DaemonSet did not roll out %s (%s): %w\n%s", m.Name, ref, last, err, w.podDiagnosis(ctx, m))
+	}
+	return nil
+}
+
+func rolloutState(ds *appsv1.DaemonSet) string {
+	s := ds.Status
+	return fmt.Sprintf("generation %d observed %d, desired %d, updated %d, ready %d, available %d",
+		ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady, s.NumberAvailable)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podDiagnosis says what the member's mcsd pods are doing, for failures.
+func (w *world) podDiagnosis(ctx context.Context, m *member) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p))
+		for _, cs := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, " restarts=%d state=%+v", cs.RestartCount, cs.State)
+		}
+		logs, _ := m.Kube.CoreV1().Pods(mcsdNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptrTo[int64](15)}).DoRaw(ctx)
+		fmt.Fprintf(&b, "\n%s\n", logs)
+	}
+	return b.String()
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// coreDNS is the cluster DNS as kube-dns is commonly deployed: a
+// Deployment of CoreDNS behind the Service the kubelets' clusterDNS names,
+// its Corefile the usual kubernetes block plus the server block of
+// manifests/mcsd/coredns-snippet.yaml as an operator adds it. Nothing is
+// forwarded upstream: no name outside the clusters resolves.
+var coreDNS = template.Must(template.New("coredns").Parse(`apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+rules:
+- apiGroups: [""]
+  resources: ["endpoints", "services", "pods", "namespaces"]
+  verbs: ["list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:coredns
+subjects:
+- kind: ServiceAccount
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: |
+{{.Corefile}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: coredns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      k8s-app: kube-dns
+  template:
+    metadata:
+      labels:
+        k8s-app: kube-dns
+    spec:
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector:
+          matchLabels:
+            k8s-app: kube-dns
+      containers:
+      - name: coredns
+        image: {{.Image}}
+        args: ["-conf", "/etc/coredns/Corefile"]
+        ports:
+        - {name: dns, containerPort: 53, protocol: UDP}
+        - {name: dns-tcp, containerPort: 53, protocol: TCP}
+        readinessProbe:
+          httpGet: {path: /ready, port: 8181}
+          periodSeconds: 2
+        livenessProbe:
+          httpGet: {path: /health, port: 8080}
+        volumeMounts:
+        - {name: config, mountPath: /etc/coredns, readOnly: true}
+      volumes:
+      - name: config
+        configMap:
+          name: coredns
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+spec:
+  clusterIP: {{.ClusterIP}}
+  selector:
+    k8s-app: kube-dns
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+`))
+
+// corefileMain is the Corefile's block for cluster.local, as kubeadm
+// writes it, without forwarding to an upstream resolver.
+const corefileMain = `.:53 {
+    errors
+    health {
+        lameduck 5s
+    }
+    ready
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 30
+    loop
+    reload
+    loadbalance
+}
+`
+
+// installCoreDNS deploys the cluster DNS with the shipped snippet aimed at
+// the ClusterIP of mcsd-dns, as the README tells operators, and waits until
+// its pods are Ready.
+func (w *world) installCoreDNS(ctx context.Context, m *member) error {
+	svc, err := m.Kube.CoreV1().Services(mcsdNamespace).Get(ctx, mcsdDNS, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: the Service %s/%s: %w", m.Name, mcsdNamespace, mcsdDNS, err)
+	}
+	block, err := manifests.CoreDNSServerBlock(svc.Spec.ClusterIP)
+	if err != nil {
+		return err
+	}
+	var corefile strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(corefileMain+block, "\n"), "\n") {
+		corefile.WriteString("    " + line + "\n")
+	}
+	var b strings.Builder
+	if err := coreDNS.Execute(&b, map[string]string{
+		"Corefile":  strings.TrimRight(corefile.String(), "\n"),
+		"Image":     w.coredns.Ref,
+		"ClusterIP": m.DNSServiceIP(),
+	}); err != nil {
+		return err
+	}
+	file := filepath.Join(w.dir, m.Name+"-coredns.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-f", file); err != nil {
+		return err
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := m.Kube.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		return d.Status.ReadyReplicas == *d.Spec.Replicas, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: CoreDNS not ready (%s): %w", m.Name, last, err)
+	}
+	return nil
+}

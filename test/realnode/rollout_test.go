@@ -1,0 +1,43 @@
+package realnode
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A rolling update of the DaemonSet to a new image tag, as an operator
+// makes one (the overlay's newTag changed, kubectl apply -k), in the
+// client's cluster and then in the exporting one, while a TCP connection
+// through the ClusterSetIP stays open and every client polls the name
+// through its cluster DNS every 50 ms: the connection survives, no query
+// fails, and every new pod is Ready.
+func testRollingUpdate(t *testing.T) {
+	w := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	const ns, name = "rollout", "steady"
+	vip := w.exportedEcho(ctx, t, ns, name)
+	f := openFlow(ctx, t, w.members[0].clients[0], vip)
+	poller := w.pollDNS(ns, name, vip)
+	for _, m := range w.members {
+		began := time.Now()
+		if err := w.applyMCSD(ctx, m, w.mcsd[1]); err != nil {
+			poller.close()
+			t.Fatal(err)
+		}
+		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl apply -k", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond))
+	}
+	queries, failures := poller.close()
+	exchanges, err := f.exchanges()
+	t.Logf("figure: during the rolling updates: %d DNS queries, %d failed; %d exchanges over one TCP connection through %s", queries, len(failures), exchanges, vip)
+	for _, e := range failures {
+		t.Error(e)
+	}
+	if err != nil {
+		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
+	}
+	if err := f.close(); err != nil {
+		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
+	}
+}

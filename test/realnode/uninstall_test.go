@@ -1,0 +1,178 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Uninstall as the README says, in its order: the ServiceExports, then
+// kubectl delete -k manifests/mcsd in each member, the nftables tables on
+// each node, the clusterset.local block of CoreDNS, each member's
+// membership (kubectl mcs leave), and finally kubectl delete -k
+// manifests/broker and the namespace of broker install's probes. Afterwards no node has an nftables table or iptables
+// chain of mcsd, and no cluster has its CRDs or namespaces. It runs last:
+// nothing is installed after it.
+func testUninstall(t *testing.T) {
+	w := setup(t)
+	defer func() { w.uninstalled = true }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for _, m := range w.members {
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "serviceexports.multicluster.x-k8s.io", "--all", "--all-namespaces"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range w.members {
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--wait"); err != nil {
+			t.Fatal(err)
+		}
+		// The pods go with their namespace; their rules stay.
+		awaitGone(ctx, t, m.Name, func(ctx context.Context) error {
+			_, err := m.Kube.CoreV1().Namespaces().Get(ctx, mcsdNamespace, metav1.GetOptions{})
+			return err
+		})
+		for _, n := range m.RealNodes() {
+			for _, family := range []string{"ip", "ip6"} {
+				if out, err := n.NS.Exec("nft", "delete", "table", family, "mcsd"); err != nil {
+					t.Errorf("%s: nft delete table %s mcsd: %v %s", n.Name, family, err, out)
+				}
+			}
+		}
+		if err := w.removeSnippet(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.kubectl(ctx, "", "mcs", "leave", "--broker-context", w.cs.Broker.Name, "--context", m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.kubectl(ctx, "", "--context", w.cs.Broker.Name, "delete", "-k", "manifests/broker", "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.kubectl(ctx, "", "--context", w.cs.Broker.Name, "delete", "namespace", "mcsd-broker-mcsd-install-probe", "--wait"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, m := range w.members {
+		for _, n := range m.RealNodes() {
+			tables, err := n.NS.Exec("nft", "list", "tables")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(tables, "mcsd") {
+				t.Errorf("%s keeps an nftables table of mcsd:\n%s", n.Name, tables)
+			}
+			for _, save := range []string{"iptables-save", "ip6tables-save"} {
+				out, err := n.NS.Exec(save)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", n.Name, save, err)
+				}
+				if strings.Contains(out, "MCSD") {
+					t.Errorf("%s keeps iptables chains of mcsd (%s):\n%s", n.Name, save, out)
+				}
+			}
+		}
+	}
+	for _, c := range w.cs.All() {
+		kube := c.Kube
+		for _, crd := range []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io", "clusterproperties.about.k8s.io"} {
+			awaitGone(ctx, t, c.Name+" CRD "+crd, func(ctx context.Context) error {
+				_, err := c.APIExtensions.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
+				return err
+			})
+		}
+		// mcsd-system in members; mcsd-broker and every member's
+		// mcsd-broker-<cluster-id> on the broker.
+		var left []string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			left = nil
+			for _, ns := range list.Items {
+				if strings.HasPrefix(ns.Name, "mcsd-") {
+					left = append(left, ns.Name)
+				}
+			}
+			return len(left) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("%s keeps namespaces of mcsd: %v", c.Name, left)
+		}
+		if rest := leftoverRBAC(ctx, kube); rest != "" {
+			t.Errorf("%s keeps RBAC of mcsd: %s", c.Name, rest)
+		}
+	}
+}
+
+// awaitGone waits until get reports NotFound.
+func awaitGone(ctx context.Context, t *testing.T, what string, get func(context.Context) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = get(ctx)
+		return apierrors.IsNotFound(last), nil
+	})
+	if err != nil {
+		t.Errorf("%s is not gone (last: %v): %v", what, last, err)
+	}
+}
+
+// leftoverRBAC names the cluster-scoped RBAC objects of mcsd left.
+func leftoverRBAC(ctx context.Context, kube kubernetes.Interface) string {
+	var left []string
+	roles, err := kube.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, r := range roles.Items {
+		if strings.HasPrefix(r.Name, "mcsd") {
+			left = append(left, "ClusterRole "+r.Name)
+		}
+	}
+	bindings, err := kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, b := range bindings.Items {
+		if strings.HasPrefix(b.Name, "mcsd") {
+			left = append(left, "ClusterRoleBinding "+b.Name)
+		}
+	}
+	return strings.Join(left, ", ")
+}
+
+// removeSnippet puts back the CoreDNS Corefile without the clusterset
+// block, as an operator edits it out.
+func (w *world) removeSnippet(ctx context.Context, m *member) error {
+	cm, err := m.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cm.Data["Corefile"] = corefileMain
+	file := filepath.Join(w.dir, m.Name+"-coredns-configmap.json")
+	cm.ManagedFields = nil
+	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
+	data, err := json.Marshal(cm)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return err
+	}
+	if _, err := w.kubectl(ctx, "", "--context", m.Name, "replace", "-f", file); err != nil {
+		return fmt.Errorf("removing the clusterset block from CoreDNS: %w", err)
+	}
+	return nil
+}
