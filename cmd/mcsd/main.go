@@ -44,6 +44,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mcsd: unexpected arguments %q; every setting is a flag (see --help)\n", fs.Args())
 		os.Exit(2)
 	}
+	if o.cleanup {
+		// Only --netns counts: the node may have no cluster to talk to.
+		if err := cleanup(o); err != nil {
+			fmt.Fprintf(os.Stderr, "mcsd --cleanup: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if err := o.complete(raw); err != nil {
 		fmt.Fprintf(os.Stderr, "mcsd: invalid flags:\n%v\n", err)
 		os.Exit(2)
@@ -86,7 +94,15 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("local cluster clients: %w", err)
 	}
 	resolveCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	clusterID, err := clusterid.NewResolver(local.kube, local.dynamic).Resolve(resolveCtx, o.clusterID)
+	resolver := clusterid.NewResolver(local.kube, local.dynamic)
+	var clusterID string
+	if o.runsControllers() {
+		clusterID, err = resolver.Resolve(resolveCtx, o.clusterID)
+	} else {
+		// The node agent writes nothing cluster-wide: the controller
+		// records the ID, the node agent reads it.
+		clusterID, err = resolver.Await(resolveCtx, o.clusterID)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
