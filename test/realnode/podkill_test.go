@@ -71,12 +71,12 @@ func testMCSDPodKilled(t *testing.T) {
 	}
 }
 
-// mcsdPodOn is the member's mcsd pod on a node.
+// mcsdPodOn is the member's node agent pod on a node.
 func mcsdPodOn(ctx context.Context, t *testing.T, m *member, node string) *corev1.Pod {
 	t.Helper()
-	pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector, FieldSelector: "spec.nodeName=" + node})
+	pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: nodeAgentSelector, FieldSelector: "spec.nodeName=" + node})
 	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("%s: the mcsd pod on %s: %v (%d pods)", m.Name, node, err, len(pods.Items))
+		t.Fatalf("%s: the node agent pod on %s: %v (%d pods)", m.Name, node, err, len(pods.Items))
 	}
 	return &pods.Items[0]
 }

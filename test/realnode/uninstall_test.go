@@ -6,23 +6,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
-// Uninstall as the README says, in its order: the ServiceExports, then
-// kubectl delete -k manifests/mcsd in each member, the nftables tables on
-// each node, the clusterset.local block of CoreDNS, each member's
-// membership (kubectl mcs leave), and finally kubectl delete -k
-// manifests/broker and the namespace of broker install's probes. Afterwards no node has an nftables table or iptables
-// chain of mcsd, and no cluster has its CRDs or namespaces. It runs last:
-// nothing is installed after it.
+// Uninstall as the README says, in its order: the ServiceExports, then in
+// each member kubectl delete -k manifests/mcsd, mcsd --cleanup on each node
+// (a kubectl debug node pod of mcsd's image, which every node holds), the clusterset.local block of
+// CoreDNS, the membership (kubectl mcs leave) and kubectl delete -k
+// manifests/crds; finally kubectl delete -k manifests/broker and the
+// namespace of broker install's probes. Afterwards no node has an nftables
+// table or iptables chain of mcsd, and no cluster has its CRDs or
+// namespaces. It runs last: nothing is installed after it.
 func testUninstall(t *testing.T) {
 	w := setup(t)
 	defer func() { w.uninstalled = true }()
@@ -43,16 +46,15 @@ func testUninstall(t *testing.T) {
 			return err
 		})
 		for _, n := range m.RealNodes() {
-			for _, family := range []string{"ip", "ip6"} {
-				if out, err := n.NS.Exec("nft", "delete", "table", family, "mcsd"); err != nil {
-					t.Errorf("%s: nft delete table %s mcsd: %v %s", n.Name, family, err, out)
-				}
-			}
+			w.cleanupNode(ctx, t, m, n.Name)
 		}
 		if err := w.removeSnippet(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.kubectl(ctx, "", "mcs", "leave", "--broker-context", w.cs.Broker.Name, "--context", m.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/crds", "--wait"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -115,6 +117,44 @@ func testUninstall(t *testing.T) {
 		}
 	}
 }
+
+// cleanupNode runs mcsd --cleanup on a node as the README says: a pod of
+// mcsd's image in the node's network namespace (kubectl debug node, with
+// the sysadmin profile for NET_ADMIN), whose log says what it removed; the
+// pod is deleted afterwards.
+func (w *world) cleanupNode(ctx context.Context, t *testing.T, m *member, node string) {
+	t.Helper()
+	out, err := w.kubectl(ctx, "", "--context", m.Name, "-n", "default", "debug", "node/"+node, "--image="+w.mcsd[0].Ref, "--profile=sysadmin", "--arguments-only", "--", "--cleanup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := debugPod.FindStringSubmatch(out)
+	if match == nil {
+		t.Fatalf("%s: kubectl debug named no pod:\n%s", node, out)
+	}
+	pod := match[1]
+	var phase corev1.PodPhase
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := m.Kube.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	logs, _ := m.Kube.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || phase != corev1.PodSucceeded {
+		t.Errorf("%s: mcsd --cleanup in pod %s: phase %s, %v\n%s", node, pod, phase, err, logs)
+	} else {
+		t.Logf("%s: %s", node, strings.TrimSpace(string(logs)))
+	}
+	if err := m.Kube.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// debugPod finds the pod's name in kubectl debug's output.
+var debugPod = regexp.MustCompile(`debugging pod (\S+) with container`)
 
 // awaitGone waits until get reports NotFound.
 func awaitGone(ctx context.Context, t *testing.T, what string, get func(context.Context) error) {
