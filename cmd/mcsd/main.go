@@ -107,8 +107,16 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
 	}
+	if len(o.ipFamilies) == 0 {
+		familiesCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		o.ipFamilies, err = servedFamilies(familiesCtx, local.kube, kernelHasIPv6)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	build := version.Get()
-	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
+	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "ipFamilies", o.ipFamilies, "apiServer", localCfg.Host)
 
 	var dp *nodeAgent
 	if o.runs(componentDNS) || o.runs(componentProxier) {

@@ -231,7 +231,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
 	proxierFlags.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
-	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families this cluster serves: the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported)")
+	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "", "IP families this cluster serves (IPv4, IPv6 or IPv4,IPv6): the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported); empty means those of the cluster's ServiceCIDR \""+defaultServiceCIDR+"\", less IPv6 on a host without it")
 	proxierFlags.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
 	proxierFlags.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	proxierFlags.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
@@ -446,9 +446,7 @@ func (o *options) completeProxier(raw *rawFlags, errs *flagErrors) {
 			o.ipFamilies = append(o.ipFamilies, family)
 		}
 	}
-	if len(o.ipFamilies) == 0 {
-		errs.bad("ip-families", "no IP family given")
-	}
+	// None given: run learns them from the cluster.
 	var err error
 	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
 		errs.bad("proxier-mode", "%v", err)

@@ -38,6 +38,7 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		{nodeAgentSA, "get configmaps/mcsd-clusterset-liveness -n mcsd-system", "yes"},
 		{nodeAgentSA, "get clusterproperties.about.k8s.io/cluster.clusterset.k8s.io", "yes"},
 		{nodeAgentSA, "list pods -n mcsd-system", "yes"},
+		{nodeAgentSA, "get servicecidrs.networking.k8s.io/kubernetes", "yes"},
 		{nodeAgentSA, "update leases.coordination.k8s.io/mcsd-node-" + node + " -n mcsd-system", "yes"},
 		// ... and writes none of it, nor sees the broker credential.
 		{nodeAgentSA, "create endpointslices.discovery.k8s.io -n default", "no"},
@@ -76,6 +77,8 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		{controllerSA, "update configmaps/other -n mcsd-system", "no"},
 		{controllerSA, "list configmaps -A", "no"},
 		{controllerSA, "create pods -n mcsd-system", "no"},
+		{controllerSA, "get servicecidrs.networking.k8s.io/kubernetes", "yes"},
+		{controllerSA, "create servicecidrs.networking.k8s.io", "no"},
 	} {
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--context", cluster, "auth", "can-i", "--as", tc.as}, strings.Fields(tc.check)...)...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
