@@ -48,19 +48,7 @@ func TestEveryManifestIsAcceptedByARealAPIServer(t *testing.T) {
 		if filepath.Base(file) == "kustomization.yaml" {
 			continue
 		}
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := reader.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
+		for _, doc := range documents(t, file) {
 			var obj unstructured.Unstructured
 			if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 				t.Fatalf("%s: %v", file, err)
@@ -167,19 +155,7 @@ func TestMemberManifestsLeaveTheCRDsOut(t *testing.T) {
 // readManifest reads the one object of kind in file.
 func readManifest(t *testing.T, file, kind string, into any) {
 	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			t.Fatalf("%s: no %s", file, kind)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, doc := range documents(t, file) {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			t.Fatal(err)
@@ -190,5 +166,27 @@ func readManifest(t *testing.T, file, kind string, into any) {
 			}
 			return
 		}
+	}
+	t.Fatalf("%s: no %s", file, kind)
+}
+
+// documents are the YAML documents of file.
+func documents(t *testing.T, file string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs [][]byte
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		docs = append(docs, doc)
 	}
 }

@@ -278,23 +278,24 @@ func kubectl(t *testing.T) string {
 
 // nodeAgent and controller are the shipped workloads of manifests/mcsd.
 func nodeAgent(t *testing.T) *appsv1.DaemonSet {
-	t.Helper()
 	var ds appsv1.DaemonSet
 	readManifest(t, "manifests/mcsd/node-agent.yaml", &ds)
-	if len(ds.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("the node agent's DaemonSet has %d containers, want 1", len(ds.Spec.Template.Spec.Containers))
-	}
+	oneContainer(t, "the node agent's DaemonSet", ds.Spec.Template)
 	return &ds
 }
 
 func controller(t *testing.T) *appsv1.Deployment {
-	t.Helper()
 	var d appsv1.Deployment
 	readManifest(t, "manifests/mcsd/controller.yaml", &d)
-	if len(d.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("the controller's Deployment has %d containers, want 1", len(d.Spec.Template.Spec.Containers))
-	}
+	oneContainer(t, "the controller's Deployment", d.Spec.Template)
 	return &d
+}
+
+func oneContainer(t *testing.T, what string, tmpl corev1.PodTemplateSpec) {
+	t.Helper()
+	if n := len(tmpl.Spec.Containers); n != 1 {
+		t.Fatalf("%s has %d containers, want 1", what, n)
+	}
 }
 
 // readManifest reads the first object of file into obj.
