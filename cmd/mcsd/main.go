@@ -1,8 +1,12 @@
-// Command mcsd is the Multi-Cluster Services node daemon. Every replica
-// serves the clusterset DNS zone and programs the ClusterSetIP data plane
-// (nftables); one elected replica per cluster also exports this cluster's
-// ServiceExports to the broker, imports every cluster's services as
-// ServiceImports and MCS EndpointSlices, and renews the cluster's heartbeat.
+// Command mcsd is the Multi-Cluster Services daemon, in two roles
+// (--components): the node agent, on every node, serves the clusterset DNS
+// zone and programs the ClusterSetIP data plane (nftables); the controller,
+// one elected replica per cluster, exports this cluster's ServiceExports to
+// the broker, imports every cluster's services as ServiceImports and MCS
+// EndpointSlices, and renews the cluster's heartbeat. manifests/mcsd runs
+// them as a DaemonSet and a Deployment with their own identities; by
+// default one process plays both. `mcsd --cleanup` removes the data plane's
+// rules from a node.
 //
 // Run `mcsd --help` for the flags.
 package main
@@ -72,7 +76,7 @@ func main() {
 
 // printUsage prints what mcsd is and its flags, group by group.
 func printUsage(w io.Writer, nfs cliflag.NamedFlagSets) {
-	fmt.Fprintf(w, "Usage: mcsd [flags]\n\nThe Multi-Cluster Services node daemon: exporter, importer, clusterset DNS and ClusterSetIP proxier.\n")
+	fmt.Fprintf(w, "Usage: mcsd [flags]\n\nThe Multi-Cluster Services daemon: exporter and importer (the controller, --components=exporter,importer), clusterset DNS and ClusterSetIP proxier (the node agent, --components=dns,proxier).\n")
 	cols := 0 // no wrapping, unless w is a terminal
 	if f, ok := w.(*os.File); ok {
 		if width, _, err := term.GetSize(int(f.Fd())); err == nil {
