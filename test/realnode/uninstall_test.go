@@ -19,8 +19,9 @@ import (
 )
 
 // Uninstall as the README says, in its order: the ServiceExports, then in
-// each member kubectl delete -k manifests/mcsd, mcsd --cleanup on each node
-// (a kubectl debug node pod of mcsd's image, which every node holds), the clusterset.local block of
+// each member the node agents' DaemonSet, mcsd --cleanup on each node (a
+// kubectl debug node pod of mcsd's image, which every node holds), kubectl
+// delete -k manifests/mcsd, the clusterset.local block of
 // CoreDNS, the membership (kubectl mcs leave) and kubectl delete -k
 // manifests/crds; finally kubectl delete -k manifests/broker and the
 // namespace of broker install's probes. Afterwards no node has an nftables
@@ -37,17 +38,21 @@ func testUninstall(t *testing.T) {
 		}
 	}
 	for _, m := range w.members {
+		// The node agents go first; their rules stay until --cleanup.
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "-n", mcsdNamespace, "delete", "daemonset", nodeAgentDaemonSet, "--cascade=foreground", "--wait"); err != nil {
+			t.Fatal(err)
+		}
+		awaitNoPods(ctx, t, m, nodeAgentSelector)
+		for _, n := range m.RealNodes() {
+			w.cleanupNode(ctx, t, m, n.Name)
+		}
 		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--wait"); err != nil {
 			t.Fatal(err)
 		}
-		// The pods go with their namespace; their rules stay.
 		awaitGone(ctx, t, m.Name, func(ctx context.Context) error {
 			_, err := m.Kube.CoreV1().Namespaces().Get(ctx, mcsdNamespace, metav1.GetOptions{})
 			return err
 		})
-		for _, n := range m.RealNodes() {
-			w.cleanupNode(ctx, t, m, n.Name)
-		}
 		if err := w.removeSnippet(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -120,11 +125,12 @@ func testUninstall(t *testing.T) {
 
 // cleanupNode runs mcsd --cleanup on a node as the README says: a pod of
 // mcsd's image in the node's network namespace (kubectl debug node, with
-// the sysadmin profile for NET_ADMIN), whose log says what it removed; the
-// pod is deleted afterwards.
+// the netadmin profile: NET_ADMIN, as the node agent has), in mcsd's
+// namespace, whose Pod Security allows it; its log says what it removed,
+// and it is deleted afterwards.
 func (w *world) cleanupNode(ctx context.Context, t *testing.T, m *member, node string) {
 	t.Helper()
-	out, err := w.kubectl(ctx, "", "--context", m.Name, "-n", "default", "debug", "node/"+node, "--image="+w.mcsd[0].Ref, "--profile=sysadmin", "--arguments-only", "--", "--cleanup")
+	out, err := w.kubectl(ctx, "", "--context", m.Name, "-n", mcsdNamespace, "debug", "node/"+node, "--image="+w.mcsd[0].Ref, "--profile=netadmin", "--arguments-only", "--", "--cleanup")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,21 +141,38 @@ func (w *world) cleanupNode(ctx context.Context, t *testing.T, m *member, node s
 	pod := match[1]
 	var phase corev1.PodPhase
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := m.Kube.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		p, err := m.Kube.CoreV1().Pods(mcsdNamespace).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		phase = p.Status.Phase
 		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
 	})
-	logs, _ := m.Kube.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	logs, _ := m.Kube.CoreV1().Pods(mcsdNamespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || phase != corev1.PodSucceeded {
 		t.Errorf("%s: mcsd --cleanup in pod %s: phase %s, %v\n%s", node, pod, phase, err, logs)
 	} else {
 		t.Logf("%s: %s", node, strings.TrimSpace(string(logs)))
 	}
-	if err := m.Kube.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+	if err := m.Kube.CoreV1().Pods(mcsdNamespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// awaitNoPods waits until no pod of selector is left in mcsd's namespace.
+func awaitNoPods(ctx context.Context, t *testing.T, m *member, selector string) {
+	t.Helper()
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		left = len(pods.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %d pods %s left: %v", m.Name, left, selector, err)
 	}
 }
 
