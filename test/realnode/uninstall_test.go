@@ -46,7 +46,7 @@ func testUninstall(t *testing.T) {
 		for _, n := range m.RealNodes() {
 			w.cleanupNode(ctx, t, m, n.Name)
 		}
-		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--wait"); err != nil {
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--ignore-not-found", "--wait"); err != nil {
 			t.Fatal(err)
 		}
 		awaitGone(ctx, t, m.Name, func(ctx context.Context) error {
