@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,16 +16,15 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
+	"github.com/mcsd-io/mcsd/internal/quotaretry"
 	"github.com/mcsd-io/mcsd/nsenter"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
@@ -82,16 +82,20 @@ func BenchmarkBulkExport(b *testing.B) {
 	loadBefore := loadAverage()
 	var plain, mcsd []bulkResult
 	for r := range bulkRounds {
+		cpu, adm := cpuOf(cs, members, daemons), admissionOf(ctx, brokerAdmin)
 		res, err := bulkPlain(ctx, brokerAdmin, members, n, r)
 		if err != nil {
 			b.Fatalf("plain writer, round %d: %v", r+1, err)
 		}
+		res.cpu, res.admission = cpuOf(cs, members, daemons).minus(cpu), admissionOf(ctx, brokerAdmin).since(adm)
 		plain = append(plain, res)
 		b.Logf("round %d, plain writer: %v", r+1, res.total.Round(time.Millisecond))
+		cpu, adm = cpuOf(cs, members, daemons), admissionOf(ctx, brokerAdmin)
 		res, err = bulkMCSD(ctx, brokerAdmin, members, daemons, n, r)
 		if err != nil {
 			b.Fatalf("mcsd, round %d: %v\n%s", r+1, err, daemons[0].Tail(30))
 		}
+		res.cpu, res.admission = cpuOf(cs, members, daemons).minus(cpu), admissionOf(ctx, brokerAdmin).since(adm)
 		mcsd = append(mcsd, res)
 		b.Logf("round %d, mcsd: %v", r+1, res.total.Round(time.Millisecond))
 	}
@@ -107,6 +111,73 @@ type bulkResult struct {
 	imported []time.Duration
 	total    time.Duration
 	dnsTotal time.Duration
+	// cpu is what the round cost each part.
+	cpu cpuUse
+	// admission is the broker's mean time per create in its admission
+	// plugins that take any.
+	admission admission
+	// failedExports and failedImports are the daemons' syncs that failed
+	// and were retried.
+	failedExports, failedImports float64
+}
+
+// cpuUse is the CPU time the broker's API server and etcd, the members'
+// API servers and etcds, and the daemons used.
+type cpuUse struct{ brokerAPI, brokerEtcd, memberAPI, memberEtcd, daemons time.Duration }
+
+func cpuOf(cs *harness.ClusterSet, members []*fixture.Member, daemons []*fixture.Daemon) cpuUse {
+	u := cpuUse{brokerAPI: cs.Broker.APIServerUsage().CPU, brokerEtcd: cs.Broker.EtcdUsage().CPU}
+	for _, m := range members {
+		u.memberAPI += m.APIServerUsage().CPU
+		u.memberEtcd += m.EtcdUsage().CPU
+	}
+	for _, d := range daemons {
+		u.daemons += d.Usage().CPU
+	}
+	return u
+}
+
+func (u cpuUse) minus(v cpuUse) cpuUse {
+	return cpuUse{u.brokerAPI - v.brokerAPI, u.brokerEtcd - v.brokerEtcd, u.memberAPI - v.memberAPI, u.memberEtcd - v.memberEtcd, u.daemons - v.daemons}
+}
+
+func (u cpuUse) String() string {
+	return fmt.Sprintf("%.1f / %.1f / %.1f / %.1f / %.1f", u.brokerAPI.Seconds(), u.brokerEtcd.Seconds(), u.memberAPI.Seconds(), u.memberEtcd.Seconds(), u.daemons.Seconds())
+}
+
+// admission is the broker API server's admission time of creates so far:
+// in ResourceQuota (which serialises a namespace's creates on its quota's
+// status) and in ValidatingAdmissionPolicy (the broker's policies), in
+// seconds, and the number of creates.
+type admission struct{ quota, policies, creates float64 }
+
+func admissionOf(ctx context.Context, broker clientsOf) admission {
+	raw, err := broker.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return admission{}
+	}
+	s, err := parseSample(bytes.NewReader(raw))
+	if err != nil {
+		return admission{}
+	}
+	const m = "apiserver_admission_controller_admission_duration_seconds"
+	create := func(plugin string) map[string]string { return map[string]string{"name": plugin, "operation": "CREATE"} }
+	return admission{
+		quota:    s.sum(m+"_sum", create("ResourceQuota")),
+		policies: s.sum(m+"_sum", create("ValidatingAdmissionPolicy")),
+		creates:  s.sum(m+"_count", create("ResourceQuota")),
+	}
+}
+
+func (a admission) since(b admission) admission {
+	return admission{a.quota - b.quota, a.policies - b.policies, a.creates - b.creates}
+}
+
+func (a admission) String() string {
+	if a.creates == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f creates: %.1f / %.1f ms", a.creates, 1000*a.quota/a.creates, 1000*a.policies/a.creates)
 }
 
 // bulkMCSD runs one round through mcsd: n Services with one endpoint each
@@ -160,6 +231,17 @@ func bulkMCSD(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Mem
 		}
 		go askDNS(watchCtx, tr, m.ID, daemons[i], ns)
 	}
+	failed := func() (float64, float64) {
+		var exp, imp float64
+		for _, d := range daemons {
+			if s, err := (&scraper{url: d.Metrics}).scrape(ctx); err == nil {
+				exp += s.sum("mcsd_exporter_syncs_total", map[string]string{"result": "error"})
+				imp += s.sum("mcsd_importer_syncs_total", map[string]string{"result": "error"})
+			}
+		}
+		return exp, imp
+	}
+	expBefore, impBefore := failed()
 	created := make([]time.Time, n)
 	began := time.Now()
 	err = fixture.InParallel(ctx, n, n, func(ctx context.Context, i int) error {
@@ -179,7 +261,10 @@ func bulkMCSD(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Mem
 	if err != nil {
 		return bulkResult{}, fmt.Errorf("not every service was imported and answered everywhere: %s", tr.missing(clusters, stageImport, stageStatus, stageSlice, stageDNS))
 	}
-	return tr.result(names, created, began, clusters), nil
+	res := tr.result(names, created, began, clusters)
+	exp, imp := failed()
+	res.failedExports, res.failedImports = exp-expBefore, imp-impBefore
+	return res, nil
 }
 
 // result computes a round's figures from what tr saw.
@@ -259,24 +344,25 @@ func nthAddr(p netip.Prefix, k int) netip.Addr {
 // sides and of their ratio.
 func printBulk(w io.Writer, n int, plain, mcsd []bulkResult, loadBefore, loadAfter string) {
 	fmt.Fprintf(w, "\nBulk export: %d ServiceExports created at once in one of 3 clusters, imported in all 3 (load average %s -> %s)\n", n, loadBefore, loadAfter)
-	fmt.Fprintf(w, "\n| round | plain writer: total | mcsd: imported everywhere, total | ratio | mcsd: DNS answers everywhere | mcsd per service p50 / p99 |\n|---|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "\n| round | plain writer: total | mcsd: imported everywhere, total | ratio | mcsd: DNS answers everywhere | mcsd per service p50 / p99 | mcsd failed syncs: exporter, importers |\n|---|---:|---:|---:|---:|---|---|\n")
 	var ratios, plainTotals, mcsdTotals []time.Duration
 	for r := range plain {
 		ratio := float64(mcsd[r].total) / float64(plain[r].total)
 		ratios = append(ratios, time.Duration(ratio*1000))
 		plainTotals = append(plainTotals, plain[r].total)
 		mcsdTotals = append(mcsdTotals, mcsd[r].total)
-		fmt.Fprintf(w, "| %d | %s | %s | %.2fx | %s | %s / %s |\n", r+1, secs(plain[r].total), secs(mcsd[r].total), ratio,
-			secs(mcsd[r].dnsTotal), secs(percentile(mcsd[r].imported, 50)), secs(percentile(mcsd[r].imported, 99)))
+		fmt.Fprintf(w, "| %d | %s | %s | %.2fx | %s | %s / %s | %.0f, %.0f |\n", r+1, secs(plain[r].total), secs(mcsd[r].total), ratio,
+			secs(mcsd[r].dnsTotal), secs(percentile(mcsd[r].imported, 50)), secs(percentile(mcsd[r].imported, 99)), mcsd[r].failedExports, mcsd[r].failedImports)
 	}
-	fmt.Fprintf(w, "| median (spread) | %s (%s) | %s (%s) | %.2fx (%.2f) | | |\n",
+	fmt.Fprintf(w, "| median (spread) | %s (%s) | %s (%s) | %.2fx (%.2f) | | | |\n",
 		secs(percentile(plainTotals, 50)), secs(spread(plainTotals)), secs(percentile(mcsdTotals, 50)), secs(spread(mcsdTotals)),
 		float64(percentile(ratios, 50))/1000, float64(spread(ratios))/1000)
 	fmt.Fprintf(w, "\nPer stage, from each ServiceExport's creation (the slowest cluster's), p50 / p99 / max:\n\n| round | side |")
 	for st := range stages {
 		fmt.Fprintf(w, " %s |", stageNames[st])
 	}
-	fmt.Fprintf(w, "\n|---|---|%s\n", repeat("---|", int(stages)))
+	fmt.Fprintf(w, " CPU-s broker apiserver / etcd / member apiservers / etcds / daemons | broker admission per create: ResourceQuota / policies |")
+	fmt.Fprintf(w, "\n|---|---|%s---|---|\n", repeat("---|", int(stages)))
 	for r := range plain {
 		for _, side := range []struct {
 			name string
@@ -291,7 +377,7 @@ func printBulk(w io.Writer, n int, plain, mcsd []bulkResult, loadBefore, loadAft
 				}
 				fmt.Fprintf(w, " %s / %s / %s |", secs(percentile(d, 50)), secs(percentile(d, 99)), secs(percentile(d, 100)))
 			}
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, " %s | %s |\n", side.res.cpu, side.res.admission)
 		}
 	}
 }
@@ -385,9 +471,6 @@ func daemonClients(cfg *rest.Config) clientsOf {
 	return clientsOf{kubernetes.NewForConfigOrDie(cfg), mcsclient.NewForConfigOrDie(cfg)}
 }
 
-// quotaRetry retries a write refused for a quota conflict.
-var quotaRetry = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 0.5, Steps: 30}
-
 type plainWriter struct {
 	exporter      *fixture.Member
 	members       []*fixture.Member
@@ -408,9 +491,9 @@ func (w plainWriter) write(ctx context.Context, ns, name string, i int) error {
 	fake := fixture.FakeExporter{Cluster: w.exporter.ID, Kube: w.broker.kube, MCS: w.broker.mcs}
 	w.exporterSlots <- struct{}{}
 	// Writes in the member's namespace race on its ResourceQuota; the
-	// API server then refuses one with a conflict, which is retried at
-	// once (Export skips what exists).
-	err := retry.OnError(quotaRetry, apierrors.IsConflict, func() error {
+	// API server then refuses one with a conflict, retried as mcsd does
+	// (Export skips what exists).
+	err := quotaretry.Write(ctx, func() error {
 		return fake.Export(ctx, fixture.FakeService{Namespace: ns, Name: name, VIP: vip, Endpoints: []string{endpoint}})
 	})
 	<-w.exporterSlots
