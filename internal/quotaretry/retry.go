@@ -15,7 +15,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 )
 
 // backoff spreads the retries over about two seconds: long enough to
@@ -24,9 +23,24 @@ import (
 var backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Steps: 10}
 
 // Write runs write until it succeeds, fails otherwise than with a quota
-// conflict, the retries run out or ctx ends.
+// conflict, the retries run out or ctx ends, and returns write's last
+// error. (client-go's retry.OnError would return nil for a write that
+// failed with a context error.)
 func Write(ctx context.Context, write func() error) error {
-	return retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && IsQuotaConflict(err) }, write)
+	b := backoff
+	for {
+		err := write()
+		if err == nil || !IsQuotaConflict(err) || b.Steps <= 1 {
+			return err
+		}
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // IsQuotaConflict reports whether err is the API server's refusal of a

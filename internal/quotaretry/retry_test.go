@@ -57,8 +57,12 @@ func TestWriteRetriesOnlyQuotaConflicts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls = 0
-	_ = Write(ctx, func() error { calls++; return quotaConflict })
-	if calls != 1 {
-		t.Fatalf("with ctx done: %d calls, want 1", calls)
+	err = Write(ctx, func() error { calls++; return quotaConflict })
+	if !IsQuotaConflict(err) || calls != 1 {
+		t.Fatalf("with ctx done: err %v after %d calls, want the conflict after 1", err, calls)
+	}
+	err = Write(context.Background(), func() error { return context.DeadlineExceeded })
+	if err != context.DeadlineExceeded {
+		t.Fatalf("a write that timed out: err %v, want its error", err)
 	}
 }

@@ -509,7 +509,7 @@ func (w plainWriter) write(ctx context.Context, ns, name string, i int) error {
 			slots := w.importerSlots[m.ID]
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			errs[mi] = plainImport(ctx, w.local[m.ID], m.ID, w.exporter.ID, ns, name, vip, endpoint, ports)
+			errs[mi] = plainImport(ctx, w.local[m.ID], m.ID, ns, name, vip, map[string][]string{w.exporter.ID: {endpoint}}, ports)
 		}()
 	}
 	wg.Wait()

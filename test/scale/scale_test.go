@@ -121,6 +121,15 @@ func run(b *testing.B, sc scenario) result {
 	res.brokerDB = cs.Broker.EtcdDBSize()
 	b.Logf("%s: %d records and %d EndpointSlices written to the broker in %v", sc, sc.services*sc.clusters, sc.services*sc.clusters, res.brokerWrite.Round(time.Second))
 
+	// The limit beside the importer: the same writes to the same API
+	// server by a plain client at the importer's concurrency, before mcsd
+	// starts (and gone again when it does).
+	res.plainWrite, err = plainImportAll(ctx, m, sc, clusters)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: the plain writer imported everything in %v", sc, res.plainWrite.Round(time.Millisecond))
+
 	// mcsd with its defaults, as two processes so that each one's memory
 	// is measured: the importer (the elected replica's job) and a node's
 	// data plane (every replica's). One process running both shares the
