@@ -68,7 +68,14 @@ func run(b *testing.B, sc scenario) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
 	cs := harness.Start(b, harness.Options{Clusters: 1})
-	m := fixture.Join(b, cs)[0]
+	// The member's budget on the broker holds every service (the default
+	// is a few thousand), within the etcd quota the worst case of a few
+	// members needs.
+	m := fixture.JoinWith(b, cs, broker.Settings{
+		MaxMembers:     2,
+		EtcdQuotaBytes: 8 << 30,
+		MemberBudget:   broker.Budget{ServiceImports: sc.services, EndpointSlices: sc.services},
+	})[0]
 	if !m.PodCIDR.Contains(endpointOf(0, 0)) {
 		b.Fatalf("the member's pod CIDR %s does not hold its endpoints %s", m.PodCIDR, endpointOf(0, 0))
 	}
