@@ -59,6 +59,18 @@ func BenchmarkBulkExport(b *testing.B) {
 		}
 		n = v
 	}
+	// MCSD_BULK_WORKERS sets the daemons' exporter and importer workers
+	// and the plain writer's concurrency alike (default 4, the daemon's).
+	workers := 4
+	var args []string
+	if s := os.Getenv("MCSD_BULK_WORKERS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			b.Fatalf("MCSD_BULK_WORKERS=%q: want a number of workers", s)
+		}
+		workers = v
+		args = []string{"--exporter-workers=" + s, "--importer-workers=" + s}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	cs := harness.Start(b, harness.Options{Clusters: 3})
@@ -70,7 +82,7 @@ func BenchmarkBulkExport(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Name: "mcsd-" + m.ID, Defaults: true})
+		d, err := fixture.RunDaemon(ctx, cs, m, node, fixture.DaemonOptions{Name: "mcsd-" + m.ID, Defaults: true, Args: args})
 		if d != nil {
 			defer func() { _ = d.Terminate(30 * time.Second) }()
 		}
@@ -83,7 +95,7 @@ func BenchmarkBulkExport(b *testing.B) {
 	var plain, mcsd []bulkResult
 	for r := range bulkRounds {
 		cpu, adm := cpuOf(cs, members, daemons), admissionOf(ctx, brokerAdmin)
-		res, err := bulkPlain(ctx, brokerAdmin, members, n, r)
+		res, err := bulkPlain(ctx, brokerAdmin, members, n, r, workers)
 		if err != nil {
 			b.Fatalf("plain writer, round %d: %v", r+1, err)
 		}
@@ -99,7 +111,7 @@ func BenchmarkBulkExport(b *testing.B) {
 		mcsd = append(mcsd, res)
 		b.Logf("round %d, mcsd: %v", r+1, res.total.Round(time.Millisecond))
 	}
-	printBulk(os.Stdout, n, plain, mcsd, loadBefore, loadAverage())
+	printBulk(os.Stdout, n, workers, plain, mcsd, loadBefore, loadAverage())
 }
 
 // bulkResult is one round of one side: per stage, each service's latency
@@ -342,8 +354,11 @@ func nthAddr(p netip.Prefix, k int) netip.Addr {
 
 // printBulk prints each round and the medians, with the spread, of both
 // sides and of their ratio.
-func printBulk(w io.Writer, n int, plain, mcsd []bulkResult, loadBefore, loadAfter string) {
+func printBulk(w io.Writer, n, workers int, plain, mcsd []bulkResult, loadBefore, loadAfter string) {
 	fmt.Fprintf(w, "\nBulk export: %d ServiceExports created at once in one of 3 clusters, imported in all 3 (load average %s -> %s)\n", n, loadBefore, loadAfter)
+	if workers != 4 {
+		fmt.Fprintf(w, "NOT the defaults: the daemons ran with --exporter-workers=%d --importer-workers=%d, the plain writer as many at once\n", workers, workers)
+	}
 	fmt.Fprintf(w, "\n| round | plain writer: total | mcsd: imported everywhere, total | ratio | mcsd: DNS answers everywhere | mcsd per service p50 / p99 | mcsd failed syncs: exporter, importers |\n|---|---:|---:|---:|---:|---|---|\n")
 	var ratios, plainTotals, mcsdTotals []time.Duration
 	for r := range plain {
@@ -415,11 +430,11 @@ func spread(ds []time.Duration) time.Duration {
 // read these objects but write nothing for them): per service the
 // exporter's record and slice on the broker with the exporting member's
 // own identity (so the broker's admission weighs them), 4 services at a
-// time as the exporter's workers; then in every member the importer's
-// ServiceImport, and its status and slice together, 4 services at a time
-// per member as the importer's workers. It leaves out the exporter's
+// time as the exporter's workers (workers); then in every member the
+// importer's ServiceImport, and its status and slice together, as many
+// services at a time per member as the importer's workers. It leaves out the exporter's
 // ServiceExport status write, which is not on the import's path.
-func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Member, n, round int) (bulkResult, error) {
+func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Member, n, round, workers int) (bulkResult, error) {
 	const ns = "kube-public"
 	exporter := members[0]
 	names := bulkNames(fmt.Sprintf("plain-%d", round+1), n)
@@ -439,10 +454,10 @@ func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Me
 	w := plainWriter{exporter: exporter, members: members, round: round, n: n,
 		broker:        daemonClients(exporter.BrokerConfig),
 		local:         map[string]clientsOf{},
-		exporterSlots: make(chan struct{}, 4), importerSlots: map[string]chan struct{}{}}
+		exporterSlots: make(chan struct{}, workers), importerSlots: map[string]chan struct{}{}}
 	for _, m := range members {
 		w.local[m.ID] = daemonClients(m.Config)
-		w.importerSlots[m.ID] = make(chan struct{}, 4)
+		w.importerSlots[m.ID] = make(chan struct{}, workers)
 	}
 	created := make([]time.Time, n)
 	began := time.Now()
