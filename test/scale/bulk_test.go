@@ -429,10 +429,10 @@ func spread(ds []time.Duration) time.Duration {
 // namespace kube-public, which importers never import (so the daemons
 // read these objects but write nothing for them): per service the
 // exporter's record and slice on the broker with the exporting member's
-// own identity (so the broker's admission weighs them), 4 services at a
-// time as the exporter's workers (workers); then in every member the
-// importer's ServiceImport, and its status and slice together, as many
-// services at a time per member as the importer's workers. It leaves out the exporter's
+// own identity (so the broker's admission weighs them), workers services
+// at a time as the exporter's workers; then in every member the importer's
+// ServiceImport, and its status and slice together, workers services at a
+// time per member as the importer's workers. It leaves out the exporter's
 // ServiceExport status write, which is not on the import's path.
 func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Member, n, round, workers int) (bulkResult, error) {
 	const ns = "kube-public"
