@@ -231,16 +231,11 @@ func bulkMCSD(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Mem
 	}
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	tr := newTracker(names)
-	if err := tr.watchBroker(watchCtx, brokerAdmin, exporter.BrokerNamespace(), ns); err != nil {
+	tr, clusters, err := track(watchCtx, brokerAdmin, members, ns, names)
+	if err != nil {
 		return bulkResult{}, err
 	}
-	var clusters []string
 	for i, m := range members {
-		clusters = append(clusters, m.ID)
-		if err := tr.watchMember(watchCtx, m.ID, clientsOf{m.Kube, m.MCS}, ns, exporter.ID); err != nil {
-			return bulkResult{}, err
-		}
 		go askDNS(watchCtx, tr, m.ID, daemons[i], ns)
 	}
 	failed := func() (float64, float64) {
@@ -440,16 +435,9 @@ func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Me
 	names := bulkNames(fmt.Sprintf("plain-%d", round+1), n)
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	tr := newTracker(names)
-	if err := tr.watchBroker(watchCtx, brokerAdmin, exporter.BrokerNamespace(), ns); err != nil {
+	tr, clusters, err := track(watchCtx, brokerAdmin, members, ns, names)
+	if err != nil {
 		return bulkResult{}, err
-	}
-	var clusters []string
-	for _, m := range members {
-		clusters = append(clusters, m.ID)
-		if err := tr.watchMember(watchCtx, m.ID, clientsOf{m.Kube, m.MCS}, ns, exporter.ID); err != nil {
-			return bulkResult{}, err
-		}
 	}
 	w := plainWriter{exporter: exporter, members: members, round: round, n: n,
 		broker:        daemonClients(exporter.BrokerConfig),
@@ -464,7 +452,7 @@ func bulkPlain(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Me
 	for i := range created {
 		created[i] = began
 	}
-	err := fixture.InParallel(ctx, n, n, func(ctx context.Context, i int) error {
+	err = fixture.InParallel(ctx, n, n, func(ctx context.Context, i int) error {
 		return w.write(ctx, ns, names[i], i)
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/test/fixture"
 )
 
 // stage is one step of a bulk export, as the API servers show it.
@@ -215,6 +216,25 @@ func (t *tracker) watchMember(ctx context.Context, cluster string, clients clien
 		}
 	})
 	return nil
+}
+
+// track follows the services names of namespace until ctx ends: on the
+// broker (the first member's records and slices) and in every member. It
+// returns the tracker and the members' IDs.
+func track(ctx context.Context, brokerAdmin clientsOf, members []*fixture.Member, namespace string, names []string) (*tracker, []string, error) {
+	t := newTracker(names)
+	exporter := members[0]
+	if err := t.watchBroker(ctx, brokerAdmin, exporter.BrokerNamespace(), namespace); err != nil {
+		return nil, nil, err
+	}
+	var clusters []string
+	for _, m := range members {
+		clusters = append(clusters, m.ID)
+		if err := t.watchMember(ctx, m.ID, clientsOf{m.Kube, m.MCS}, namespace, exporter.ID); err != nil {
+			return nil, nil, err
+		}
+	}
+	return t, clusters, nil
 }
 
 // consume hands every added or modified object of w to note until w ends.
