@@ -131,10 +131,12 @@ func run(b *testing.B, sc scenario) result {
 	// The limit beside the importer: the same writes to the same API
 	// server by a plain client at the importer's concurrency, before mcsd
 	// starts (and gone again when it does).
+	plainCPU := m.APIServerUsage().CPU
 	res.plainWrite, err = plainImportAll(ctx, m, sc, clusters)
 	if err != nil {
 		b.Fatal(err)
 	}
+	res.plainAPIServerCPU = m.APIServerUsage().CPU - plainCPU
 	b.Logf("%s: the plain writer imported everything in %v", sc, res.plainWrite.Round(time.Millisecond))
 
 	// mcsd with its defaults, as two processes so that each one's memory

@@ -52,15 +52,18 @@ type result struct {
 	scenario
 	loadBefore, loadAfter string
 
-	brokerWrite      time.Duration
-	converge         time.Duration
-	plainWrite       time.Duration // the same writes by a plain client
-	writesPerService float64
-	daemon           harness.Usage
-	daemonSteady     harness.Usage // the importer at the end of the run
-	dataPlane        harness.Usage
-	brokerAPIServer  harness.Usage
-	memberAPIServer  harness.Usage
+	brokerWrite time.Duration
+	converge    time.Duration
+	plainWrite  time.Duration // the same writes by a plain client
+	// plainAPIServerCPU is the member API server's CPU time meanwhile
+	// (and while the plain writer's objects were deleted).
+	plainAPIServerCPU time.Duration
+	writesPerService  float64
+	daemon            harness.Usage
+	daemonSteady      harness.Usage // the importer at the end of the run
+	dataPlane         harness.Usage
+	brokerAPIServer   harness.Usage
+	memberAPIServer   harness.Usage
 	// cpu is the CPU time each process had from mcsd's start to the
 	// import's convergence.
 	cpu      map[string]time.Duration
@@ -87,13 +90,13 @@ func printTable(w io.Writer, rows []result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "clusters x services x endpoints\tbroker objects\timport converged\tplain writer\tratio\tservices/s\tlocal writes/service\t")
+	fmt.Fprint(tw, "clusters x services x endpoints\tbroker objects\timport converged\tplain writer (CPU s: member apiserver)\tratio\tservices/s\tlocal writes/service\t")
 	for _, p := range cpuParts {
 		fmt.Fprintf(tw, "CPU s: %s\t", p)
 	}
 	fmt.Fprintln(tw, "load before -> after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.1f s\t%.2fx\t%.0f\t%.2f\t", r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), r.plainWrite.Seconds(),
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.1f s (%.0f)\t%.2fx\t%.0f\t%.2f\t", r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), r.plainWrite.Seconds(), r.plainAPIServerCPU.Seconds(),
 			r.converge.Seconds()/r.plainWrite.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService)
 		for _, p := range cpuParts {
 			fmt.Fprintf(tw, "%.0f\t", r.cpu[p].Seconds())
