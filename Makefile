@@ -9,6 +9,7 @@
 #   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 #   make bench-scale    the control plane at 3x10k and 50x1k services (root)
+#   make bench-bulk     200 services exported at once, three clusters, beside a plain writer (root)
 #   make image      the mcsd container image as an archive, bin/mcsd-image.tar (IMAGE=...; no Docker)
 #   make image-docker   the same image from the Dockerfile, with a Docker engine
 #   make test-images    the images the real-node tests run (pause, CoreDNS, echo, mcsd), cached
@@ -152,9 +153,16 @@ bench-e2e: harness-binaries
 # of convergence, writes, memory, broker flip and dead-cluster drop times
 # for each MCSD_SCALE scenario (clusters x services x endpoints) (root).
 MCSD_SCALE ?= 3x10000x1,50x1000x10
+MCSD_BULK ?= 200
 .PHONY: bench-scale
 bench-scale: harness-binaries
 	MCSD_SCALE=$(MCSD_SCALE) $(GO) test -run '^$$' -bench BenchmarkClusterset -benchtime 1x -count=1 -timeout 90m ./test/scale/
+
+# MCSD_BULK ServiceExports (default 200) created at once in one of three
+# clusters, each with an mcsd, per stage, beside a plain writer (root).
+.PHONY: bench-bulk
+bench-bulk: harness-binaries
+	MCSD_BULK=$(MCSD_BULK) $(GO) test -run '^$$' -bench BenchmarkBulkExport -benchtime 1x -count=1 -timeout 40m ./test/scale/
 
 # A broker, two clusters and one mcsd each; an app exported from cluster2,
 # reached by name and ClusterSetIP from cluster1, then scaled into cluster1.

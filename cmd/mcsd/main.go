@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/internal/memlimit"
 	"github.com/mcsd-io/mcsd/internal/version"
 )
 
@@ -63,6 +64,16 @@ func main() {
 	if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
 		fmt.Fprintf(os.Stderr, "mcsd: logging flags: %v\n", err)
 		os.Exit(2)
+	}
+	// The container's memory limit bounds the heap's growth between
+	// collections (an explicit GOMEMLIMIT wins).
+	limit, source, err := memlimit.Set("/sys/fs/cgroup")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mcsd: %v\n", err)
+		os.Exit(2)
+	}
+	if limit > 0 {
+		klog.InfoS("Go memory limit set", "bytes", limit, "from", source)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -7,12 +7,14 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/internal/caches"
+	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/nsenter"
@@ -43,11 +45,12 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 	// Only MCS slices: the core controller's are none of the data plane's
 	// business. When this daemon imports too, only those its importer
 	// writes, so that the importer shares this cache.
-	selector := mcsslice.Selector
+	// Alone, it keeps of each slice only what DNS and the proxier read.
+	opts := caches.LocalOptions{SliceSelector: mcsslice.Selector, SliceTransform: trim.DataPlaneSlice(mcsslice.ServicePortsAnnotation, corev1.EndpointsLastChangeTriggerTime)}
 	if o.runs(componentImporter) {
-		selector = mcsslice.ImporterSelector
+		opts = caches.LocalOptions{SliceSelector: mcsslice.ImporterSelector}
 	}
-	dp := &nodeAgent{informers: caches.NewLocal(local.kube, local.mcs, 0, caches.LocalOptions{SliceSelector: selector})}
+	dp := &nodeAgent{informers: caches.NewLocal(local.kube, local.mcs, 0, opts)}
 	if o.runs(componentDNS) {
 		dp.dnsIndex = dns.NewIndex(klog.Background().WithName("dns-index"))
 		srv, err := dns.New(dns.Config{

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcsd-io/mcsd/internal/quotaretry"
 )
 
 // DefaultWorkers is how many writes of one Apply are made at once.
@@ -87,7 +89,11 @@ func (a Applier) create(ctx context.Context, namespace string, w *discoveryv1.En
 	obj := w.DeepCopy()
 	obj.Namespace = namespace
 	api := a.Client.DiscoveryV1().EndpointSlices(namespace)
-	created, err := api.Create(ctx, obj, metav1.CreateOptions{})
+	var created *discoveryv1.EndpointSlice
+	err := quotaretry.Write(ctx, func() (err error) {
+		created, err = api.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	})
 	if apierrors.IsAlreadyExists(err) {
 		// What the API server holds may be stale: read it and bring it
 		// up to date now rather than take it for what was wanted.

@@ -40,6 +40,41 @@ func RemoteEndpointSlice(obj any) (any, error) {
 	}, nil
 }
 
+// DataPlaneSlice is an informer transform for the MCS EndpointSlices a
+// node's data plane (DNS and the proxier) reads and never writes: it keeps
+// the identity (see identity), the annotations keep names (the ServicePorts
+// one, and the trigger time the proxier's latency metric reads), the
+// address type and ports, and of each endpoint its addresses, conditions,
+// hostname, node, zone and hints. Never write back an object this
+// transform made; a cache the importer shares keeps whole slices.
+func DataPlaneSlice(keep ...string) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return ManagedFields(obj)
+		}
+		out := &discoveryv1.EndpointSlice{ObjectMeta: identity(&s.ObjectMeta), AddressType: s.AddressType, Ports: s.Ports}
+		for _, k := range keep {
+			if v, ok := s.Annotations[k]; ok {
+				if out.Annotations == nil {
+					out.Annotations = make(map[string]string, len(keep))
+				}
+				out.Annotations[k] = v
+			}
+		}
+		if len(s.Endpoints) > 0 {
+			out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
+			for i, ep := range s.Endpoints {
+				out.Endpoints[i] = discoveryv1.Endpoint{
+					Addresses: ep.Addresses, Conditions: ep.Conditions, Hostname: ep.Hostname,
+					NodeName: ep.NodeName, Zone: ep.Zone, Hints: ep.Hints,
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
 // Labels returns a copy of labels whose keys, when they are one of the
 // well-known keys mcsd selects on, are the package's constants: the same
 // few keys repeat on every one of tens of thousands of objects, and a

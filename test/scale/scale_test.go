@@ -68,7 +68,14 @@ func run(b *testing.B, sc scenario) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
 	cs := harness.Start(b, harness.Options{Clusters: 1})
-	m := fixture.Join(b, cs)[0]
+	// The member's budget on the broker holds every service (the default
+	// is a few thousand), within the etcd quota the worst case of a few
+	// members needs.
+	m := fixture.JoinWith(b, cs, broker.Settings{
+		MaxMembers:     2,
+		EtcdQuotaBytes: 8 << 30,
+		MemberBudget:   broker.Budget{ServiceImports: sc.services, EndpointSlices: sc.services},
+	})[0]
 	if !m.PodCIDR.Contains(endpointOf(0, 0)) {
 		b.Fatalf("the member's pod CIDR %s does not hold its endpoints %s", m.PodCIDR, endpointOf(0, 0))
 	}
@@ -120,6 +127,17 @@ func run(b *testing.B, sc scenario) result {
 	res.brokerWrite = time.Since(began)
 	res.brokerDB = cs.Broker.EtcdDBSize()
 	b.Logf("%s: %d records and %d EndpointSlices written to the broker in %v", sc, sc.services*sc.clusters, sc.services*sc.clusters, res.brokerWrite.Round(time.Second))
+
+	// The limit beside the importer: the same writes to the same API
+	// server by a plain client at the importer's concurrency, before mcsd
+	// starts (and gone again when it does).
+	plainCPU := m.APIServerUsage().CPU
+	res.plainWrite, err = plainImportAll(ctx, m, sc, clusters)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.plainAPIServerCPU = m.APIServerUsage().CPU - plainCPU
+	b.Logf("%s: the plain writer imported everything in %v", sc, res.plainWrite.Round(time.Millisecond))
 
 	// mcsd with its defaults, as two processes so that each one's memory
 	// is measured: the importer (the elected replica's job) and a node's

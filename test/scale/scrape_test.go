@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -32,10 +33,19 @@ func (s *scraper) scrape(ctx context.Context) (sample, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	out, err := parseSample(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", s.url, err)
+	}
+	return out, nil
+}
+
+// parseSample reads metrics in the text format.
+func parseSample(r io.Reader) (sample, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
 	out := sample{}
 	for name, f := range families {

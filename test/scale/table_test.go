@@ -52,14 +52,18 @@ type result struct {
 	scenario
 	loadBefore, loadAfter string
 
-	brokerWrite      time.Duration
-	converge         time.Duration
-	writesPerService float64
-	daemon           harness.Usage
-	daemonSteady     harness.Usage // the importer at the end of the run
-	dataPlane        harness.Usage
-	brokerAPIServer  harness.Usage
-	memberAPIServer  harness.Usage
+	brokerWrite time.Duration
+	converge    time.Duration
+	plainWrite  time.Duration // the same writes by a plain client
+	// plainAPIServerCPU is the member API server's CPU time meanwhile
+	// (and while the plain writer's objects were deleted).
+	plainAPIServerCPU time.Duration
+	writesPerService  float64
+	daemon            harness.Usage
+	daemonSteady      harness.Usage // the importer at the end of the run
+	dataPlane         harness.Usage
+	brokerAPIServer   harness.Usage
+	memberAPIServer   harness.Usage
 	// cpu is the CPU time each process had from mcsd's start to the
 	// import's convergence.
 	cpu      map[string]time.Duration
@@ -86,13 +90,14 @@ func printTable(w io.Writer, rows []result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "clusters x services x endpoints\tbroker objects\timport converged\tservices/s\tlocal writes/service\t")
+	fmt.Fprint(tw, "clusters x services x endpoints\tbroker objects\timport converged\tplain writer (CPU s: member apiserver)\tratio\tservices/s\tlocal writes/service\t")
 	for _, p := range cpuParts {
 		fmt.Fprintf(tw, "CPU s: %s\t", p)
 	}
 	fmt.Fprintln(tw, "load before -> after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.0f\t%.2f\t", r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f s\t%.1f s (%.0f)\t%.2fx\t%.0f\t%.2f\t", r.scenario, 2*r.clusters*r.services, r.converge.Seconds(), r.plainWrite.Seconds(), r.plainAPIServerCPU.Seconds(),
+			r.converge.Seconds()/r.plainWrite.Seconds(), float64(r.services)/r.converge.Seconds(), r.writesPerService)
 		for _, p := range cpuParts {
 			fmt.Fprintf(tw, "%.0f\t", r.cpu[p].Seconds())
 		}
@@ -110,6 +115,8 @@ func printTable(w io.Writer, rows []result) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "import converged: mcsd start -> every ServiceImport with every cluster in its status and every EndpointSlice written.")
+	fmt.Fprintln(w, "plain writer: the same ServiceImports, statuses and EndpointSlices written to the same API server by a plain client, 4 services at a time")
+	fmt.Fprintln(w, "  (the importer's workers) with mcsd's client limits, before mcsd starts; ratio: import converged / plain writer.")
 	fmt.Fprintln(w, "CPU s: CPU time of each process from mcsd's start to convergence (the machine's cores are shared by all of them).")
 	fmt.Fprintln(w, "broker flip: the importer's writes of ServiceImports and slices while the broker went down and came back (liveness ConfigMap writes apart).")
 	fmt.Fprintln(w, "dead cluster gone: time from its last Lease renewal until its endpoints left DNS and the node's nftables (TTL + 2 s = 12 s is the bound).")
