@@ -15,13 +15,15 @@
 // Environment:
 //
 //	PROXIER_BENCH_MODES             proxier modes, each against kube-proxy in the same mode
-//	                                (default nftables,iptables)
+//	                                (default nftables,iptables; none: only the dead cluster)
 //	PROXIER_BENCH_SIZES             ServiceImports per run (default 1000,10000,30000)
 //	PROXIER_BENCH_KUBE_PROXY_SIZES  sizes kube-proxy runs at (default: PROXIER_BENCH_SIZES); the
 //	                                others are skipped, and the output says so
 //	PROXIER_BENCH_RUNS              runs per size and side (default 3)
 //	PROXIER_BENCH_KUBE_PROXY        kube-proxy binary; unset or missing skips kube-proxy
 //	PROXIER_BENCH_LATENCY_SAMPLES   connects per latency figure (default 500)
+//	PROXIER_BENCH_DEAD_CLUSTER      clusters x services x endpoints of the dead-cluster scenario
+//	                                (default 3x10000x1,50x1000x10; none skips it)
 package main
 
 import (
@@ -87,8 +89,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	dead, err := parseDeadShapes("PROXIER_BENCH_DEAD_CLUSTER", "3x10000x1,50x1000x10")
+	if err != nil {
+		return err
+	}
 	var modes []proxier.Mode
 	for _, m := range strings.Split(envOr("PROXIER_BENCH_MODES", "nftables,iptables"), ",") {
+		if m == "none" {
+			break
+		}
 		mode, err := proxier.ParseMode(strings.TrimSpace(m))
 		if err != nil || mode == proxier.ModeAuto {
 			return fmt.Errorf("PROXIER_BENCH_MODES: %q is not nftables or iptables", m)
@@ -132,7 +141,7 @@ func run() error {
 			return err
 		}
 	}
-	return nil
+	return benchDeadCluster(ctx, topo, dead, runs)
 }
 
 // benchMode measures the proxier in one mode, and kube-proxy in the same
