@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,8 +81,10 @@ func (s deadShape) deadEndpoint(ci, i, e int) netip.Addr {
 type deadResult struct {
 	full time.Duration
 	// gone is from SetGoneClusters until the last transaction that took
-	// the dead cluster's endpoints out was committed.
-	gone time.Duration
+	// the dead cluster's endpoints out was committed; handed is until
+	// SetGoneClusters returned, having handed every slice to the proxier.
+	gone, handed time.Duration
+	began        time.Time
 	// syncs are the transactions in between.
 	syncs []txRecord
 	load  string
@@ -103,8 +107,8 @@ func benchDeadCluster(ctx context.Context, topo *topology, shapes []deadShape, r
 				return fmt.Errorf("dead cluster at %s: %w", s, err)
 			}
 			results[s] = append(results[s], r)
-			fmt.Printf("%-12s run %d: first sync %s; gone after %s in %d transaction(s): %s  [load %s]\n",
-				s, run+1, ms(r.full), ms(r.gone), len(r.syncs), describeTxs(r.syncs), r.load)
+			fmt.Printf("%-12s run %d: first sync %s; handed over in %s, gone after %s in %d transaction(s): %s  [load %s]\n",
+				s, run+1, ms(r.full), ms(r.handed), ms(r.gone), len(r.syncs), describeTxs(r.syncs, r.began), r.load)
 		}
 	}
 	fmt.Println()
@@ -126,10 +130,13 @@ func benchDeadCluster(ctx context.Context, topo *topology, shapes []deadShape, r
 	return nil
 }
 
-func describeTxs(txs []txRecord) string {
+// describeTxs says, for each transaction, when it started after the
+// cluster went, how long nft took, and what it carried.
+func describeTxs(txs []txRecord, began time.Time) string {
 	var parts []string
 	for _, t := range txs {
-		parts = append(parts, fmt.Sprintf("[%s: -%d +%d elements, %d commands, %d bytes]", ms(t.end.Sub(t.start)), t.deletes, t.adds, t.ops, t.bytes))
+		parts = append(parts, fmt.Sprintf("[at +%s, nft %s: -%d +%d elements, %d commands, %d bytes]",
+			ms(t.start.Sub(began)), ms(t.end.Sub(t.start)), t.deletes, t.adds, t.ops, t.bytes))
 	}
 	return strings.Join(parts, " ")
 }
@@ -187,9 +194,21 @@ func deadClusterOnce(ctx context.Context, topo *topology, s deadShape) (deadResu
 	// The dead cluster's endpoints are out once the transactions since
 	// SetGoneClusters have taken as many elements out of the backends map
 	// as it had endpoints (one port per service).
+	if path := os.Getenv("PROXIER_BENCH_DEAD_PROFILE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, s, time.Now().Unix()))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rec.start()
 	start := time.Now()
 	feed.SetGoneClusters(mcsslice.NewGoneClusters(deadClusterName(deadCluster)))
+	res.handed, res.began = time.Since(start), start
 	deadline := time.Now().Add(syncWait)
 	for {
 		txs := rec.taken()

@@ -24,6 +24,8 @@
 //	PROXIER_BENCH_LATENCY_SAMPLES   connects per latency figure (default 500)
 //	PROXIER_BENCH_DEAD_CLUSTER      clusters x services x endpoints of the dead-cluster scenario
 //	                                (default 3x10000x1,50x1000x10; none skips it)
+//	PROXIER_BENCH_DEAD_PROFILE      if set, a CPU profile of each cluster's departure is written to
+//	                                <value>.<shape>.<time>
 package main
 
 import (
@@ -32,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -148,9 +151,19 @@ func run() error {
 // mode, at every size.
 func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode proxier.Mode, sizes, kpSizes []int, runs, samples int) error {
 	fmt.Printf("\n== %s mode ==\n", mode)
-	alone, err := mcsdOnce(ctx, topo, mode, 0, true, samples)
+	alone, err := mcsdOnce(ctx, topo, mode, 0, true, samples, "")
 	if err != nil {
 		return err
+	}
+	dir, err := os.MkdirTemp("", "proxierbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	limits := map[int][]time.Duration{}
+	limitTool := "nft -f"
+	if mode == proxier.ModeIPTables {
+		limitTool = "iptables-restore"
 	}
 	fmt.Printf("first-packet TCP connect, ClusterSetIP, 1 import:         %s  [load %s]\n", alone.lat, alone.times.load)
 
@@ -167,6 +180,7 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 				kp, withKP = nil, false
 			}
 		}
+		var input *limitInput
 		for run := 0; run < runs; run++ {
 			sides := []string{"mcsd", "kube-proxy"}
 			if run%2 == 1 {
@@ -175,10 +189,33 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 			for _, side := range sides {
 				switch {
 				case side == "mcsd":
-					r, err := mcsdOnce(ctx, topo, mode, n, run == 0 && n == sizes[len(sizes)-1], samples)
+					// The limit goes first on odd runs, with the input
+					// an earlier run saved (the same at every run).
+					var limit time.Duration
+					if run%2 == 1 && input != nil {
+						if limit, err = input.load(ctx, topo); err != nil {
+							return fmt.Errorf("%s of the proxier's first sync, %d imports: %w", limitTool, n, err)
+						}
+					}
+					sub := filepath.Join(dir, strconv.Itoa(n))
+					if err := os.MkdirAll(sub, 0o700); err != nil {
+						return err
+					}
+					r, err := mcsdOnce(ctx, topo, mode, n, run == 0 && n == sizes[len(sizes)-1], samples, sub)
 					if err != nil {
 						return fmt.Errorf("proxier, %d imports: %w", n, err)
 					}
+					if input == nil {
+						input = r.input
+					}
+					if run%2 == 0 || limit == 0 {
+						if limit, err = input.load(ctx, topo); err != nil {
+							return fmt.Errorf("%s of the proxier's first sync, %d imports: %w", limitTool, n, err)
+						}
+					}
+					limits[n] = append(limits[n], limit)
+					fmt.Printf("limit      %6d run %d: %s of the same input (%d bytes) %s; mcsd's full sync is %.2fx\n",
+						n, run+1, limitTool, input.nbytes, ms(limit), float64(r.times.full)/float64(limit))
 					mcsd[n] = append(mcsd[n], r.times)
 					if r.lat.p50 > 0 {
 						largest = r.lat
@@ -203,23 +240,52 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 		fmt.Printf("first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: %s)\n", sizes[len(sizes)-1]+1, largest, alone.lat)
 	}
 	printSummary(mode, sizes, mcsd, kpRes)
+	printLimits(mode, limitTool, sizes, mcsd, limits)
 	return nil
+}
+
+// printLimits sets each size's full syncs beside the tool's load of the
+// same input.
+func printLimits(mode proxier.Mode, tool string, sizes []int, mcsd map[int][]syncTimes, limits map[int][]time.Duration) {
+	fmt.Printf("\n%s mode: mcsd's full sync against %s of the same input (the kernel's and the tool's cost alone), median [lowest - highest]\n", mode, tool)
+	fmt.Printf("%8s  %-28s %-28s %s\n", "services", "mcsd full", tool, "full/limit (median, and per run)")
+	for _, n := range sizes {
+		var full []time.Duration
+		var per []string
+		for i, t := range mcsd[n] {
+			full = append(full, t.full)
+			if i < len(limits[n]) {
+				per = append(per, fmt.Sprintf("%.2f", float64(t.full)/float64(limits[n][i])))
+			}
+		}
+		ratio := "-"
+		if m := median(limits[n]); m > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(median(full))/float64(m))
+		}
+		fmt.Printf("%8d  %-28s %-28s %s (%s)\n", n, spread(full), spread(limits[n]), ratio, strings.Join(per, " "))
+	}
 }
 
 // mcsdResult is one proxier run.
 type mcsdResult struct {
 	times syncTimes
 	lat   latency
+	// input is the first sync's, saved under the directory given.
+	input *limitInput
 }
 
-func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, withLatency bool, samples int) (mcsdResult, error) {
+func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, withLatency bool, samples int, dir string) (mcsdResult, error) {
 	run, err := newProxierRun(topo, mode)
 	if err != nil {
 		return mcsdResult{}, err
 	}
 	defer run.close()
 	times, lat, err := run.measure(ctx, n, withLatency, samples)
-	return mcsdResult{times, lat}, err
+	if err != nil || dir == "" {
+		return mcsdResult{times: times, lat: lat}, err
+	}
+	input, err := saveLimitInput(run, dir)
+	return mcsdResult{times, lat, input}, err
 }
 
 // syncTimes are one run's figures: the first full sync, the median of the

@@ -119,6 +119,9 @@ type proxierRun struct {
 	p        *proxier.Proxier
 	clock    *shiftedClock
 	observer *vipWaiter
+	// nftFirst and iptFirst keep the first sync's input, for the limit.
+	nftFirst *firstNFT
+	iptFirst *firstRestores
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -145,6 +148,14 @@ func newProxierRun(topo *topology, mode proxier.Mode) (*proxierRun, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if r.ipt != nil {
+		r.iptFirst = &firstRestores{IPTables: r.ipt}
+		r.ipt = r.iptFirst
+	}
+	if r.nft != nil {
+		r.nftFirst = &firstNFT{Interface: r.nft}
+		r.nft = r.nftFirst
 	}
 	r.p, err = proxier.New(proxier.Config{
 		Mode:      mode,
