@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -294,23 +295,24 @@ func assignSlots(before, eps []endpoint) []endpoint {
 	if len(eps) > maxEndpoints {
 		eps = eps[:maxEndpoints]
 	}
-	byID := make(map[string]endpoint, len(eps))
-	for _, e := range eps {
-		byID[e.String()] = e
+	// Each endpoint's position in eps, then whether it was placed.
+	at := make(map[netip.AddrPort]int, len(eps))
+	for i, e := range eps {
+		at[e.id()] = i
 	}
 	slots := make([]endpoint, len(eps))
 	filled := make([]bool, len(eps))
-	placed := make(map[string]bool, len(eps))
+	placed := make([]bool, len(eps))
 	for i, e := range before[:min(len(before), len(slots))] {
 		// The current copy: its readiness or node may have changed.
-		if cur, ok := byID[e.String()]; ok {
-			slots[i], filled[i] = cur, true
-			placed[e.String()] = true
+		if j, ok := at[e.id()]; ok {
+			slots[i], filled[i] = eps[j], true
+			placed[j] = true
 		}
 	}
 	next := 0
-	for _, e := range eps {
-		if placed[e.String()] {
+	for j, e := range eps {
+		if placed[j] {
 			continue
 		}
 		for filled[next] {
