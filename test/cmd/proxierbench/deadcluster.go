@@ -194,17 +194,11 @@ func deadClusterOnce(ctx context.Context, topo *topology, s deadShape) (deadResu
 	// The dead cluster's endpoints are out once the transactions since
 	// SetGoneClusters have taken as many elements out of the backends map
 	// as it had endpoints (one port per service).
-	if path := os.Getenv("PROXIER_BENCH_DEAD_PROFILE"); path != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, s, time.Now().Unix()))
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile("dead-cluster." + s.String())
+	if err != nil {
+		return res, err
 	}
+	defer stopProfile()
 	rec.start()
 	start := time.Now()
 	feed.SetGoneClusters(mcsslice.NewGoneClusters(deadClusterName(deadCluster)))
@@ -342,4 +336,23 @@ func (r *recordingNFT) Run(ctx context.Context, tx *knftables.Transaction) error
 	r.txs = append(r.txs, t)
 	r.mu.Unlock()
 	return t.err
+}
+
+// startProfile starts a CPU profile of the bench's process, the proxier
+// with it, when PROXIER_BENCH_PROFILE is set, to <that>.<what>.<time>; the
+// function it returns stops it.
+func startProfile(what string) (stop func(), err error) {
+	prefix := os.Getenv("PROXIER_BENCH_PROFILE")
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", prefix, what, time.Now().Unix()))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

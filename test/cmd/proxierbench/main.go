@@ -24,8 +24,8 @@
 //	PROXIER_BENCH_LATENCY_SAMPLES   connects per latency figure (default 500)
 //	PROXIER_BENCH_DEAD_CLUSTER      clusters x services x endpoints of the dead-cluster scenario
 //	                                (default 3x10000x1,50x1000x10; none skips it)
-//	PROXIER_BENCH_DEAD_PROFILE      if set, a CPU profile of each cluster's departure is written to
-//	                                <value>.<shape>.<time>
+//	PROXIER_BENCH_PROFILE           if set, CPU profiles of the first syncs and of the dead cluster's
+//	                                departures are written to <value>.<what>.<time>
 package main
 
 import (

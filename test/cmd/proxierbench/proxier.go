@@ -207,9 +207,14 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 		defer close(r.done)
 		_ = r.topo.node.Do(func() error { r.p.SyncLoop(loopCtx); return nil })
 	}()
+	stopProfile, err := startProfile(fmt.Sprintf("first-sync.%s.%d", r.mode, n))
+	if err != nil {
+		return res, lat, err
+	}
 	r.p.OnServiceImportsSynced()
 	r.p.OnEndpointSlicesSynced()
 	full, err := waitHistogram(ctx, r.reg, fullMetric, 1, syncWait)
+	stopProfile()
 	if err != nil {
 		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
 	}
