@@ -230,9 +230,16 @@ type element struct {
 func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, prev *renderedService) *renderedService {
 	n := &nftablesService{chains: map[string][]string{}}
 	r := &renderedService{vip: svc.vip, slots: map[portKey][]endpoint{}, rules: n}
+	choices := make([]choice, len(svc.ports))
+	size := 1
+	for i, p := range svc.ports {
+		choices[i] = pol.choose(svc, endpointsFor(p, slices))
+		size += 1 + len(choices[i].endpoints)
+	}
+	n.elements = make([]element, 0, size)
 	n.elements = append(n.elements, element{container: clustersetIPsSet, key: svc.vip})
-	for _, p := range svc.ports {
-		c := pol.choose(svc, endpointsFor(p, slices))
+	for i, p := range svc.ports {
+		c := choices[i]
 		proto := strings.ToLower(string(p.protocol))
 		port := strconv.Itoa(int(p.port))
 		key := svc.vip + " . " + proto + " . " + port
