@@ -220,8 +220,9 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 					if r.lat.p50 > 0 {
 						largest = r.lat
 					}
-					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s  [load %s]\n",
-						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check), r.times.load)
+					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s; after the first sync: heap %d MiB, RSS %d MiB  [load %s]\n",
+						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check),
+						r.times.heap>>20, r.times.rss>>20, r.times.load)
 				case withKP:
 					r, err := kp.measure(ctx, string(mode), n)
 					if err != nil {
@@ -295,6 +296,26 @@ func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, wit
 type syncTimes struct {
 	full, partial, resync, delay, check time.Duration
 	load                                string
+	// heap and rss are the bench process's live heap and resident set
+	// after the first sync (the proxier's, plus the bench's own copy of
+	// the imports and slices it handed over).
+	heap, rss uint64
+}
+
+// memory is the live heap after a collection, and the resident set.
+func memory() (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				rss = kb << 10
+			}
+		}
+	}
+	return ms.HeapAlloc, rss
 }
 
 // loadAverage is the 1-minute load average.

@@ -219,6 +219,7 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
 	}
 	res.full = full
+	res.heap, res.rss = memory()
 
 	if n > 0 {
 		var partials []time.Duration
