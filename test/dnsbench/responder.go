@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 
 	"golang.org/x/net/ipv4"
 )
@@ -23,15 +21,7 @@ const responderBatch = 64
 
 // startResponder runs this program's -serve-responder mode, pinned to cpu.
 func startResponder(dir string, cpu int) (*server, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	return start("responder", pinned(cpu, self, "-serve-responder", "-listen", addr), addr, filepath.Join(dir, "responder.log"))
+	return startSelf("responder", dir, cpu, "-serve-responder")
 }
 
 // serveResponder is the -serve-responder mode.
