@@ -238,6 +238,7 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 	}
 	n.elements = make([]element, 0, size)
 	n.elements = append(n.elements, element{container: clustersetIPsSet, key: svc.vip})
+	var buf []byte
 	for i, p := range svc.ports {
 		c := choices[i]
 		proto := strings.ToLower(string(p.protocol))
@@ -260,9 +261,16 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 		slots := assignSlots(before, c.endpoints)
 		r.slots[pk] = slots
 		r.endpoints += len(slots)
+		// One allocation per string: a port of hundreds of endpoints is
+		// rendered again whenever one of them changes, and at hundreds of
+		// thousands of elements the garbage is most of a sync's cost.
+		backends := backendsMapName(proto)
+		prefix := svc.vip + " . " + port + " . "
 		for i, e := range slots {
-			n.elements = append(n.elements, element{container: backendsMapName(proto),
-				key: svc.vip + " . " + port + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
+			buf = strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10)
+			key := string(buf)
+			buf = strconv.AppendInt(append(e.ip.AppendTo(buf[:0]), " . "...), int64(e.port), 10)
+			n.elements = append(n.elements, element{container: backends, key: key, value: string(buf)})
 			if pol.isLocal(e) {
 				ip := e.ip.String()
 				n.elements = append(n.elements, element{container: hairpinConnectionsSet,
