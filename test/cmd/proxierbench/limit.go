@@ -74,6 +74,8 @@ type limitInput struct {
 	mode   proxier.Mode
 	files  []string
 	nbytes int
+	// cpu is the CPU time the tool took at the last load.
+	cpu time.Duration
 }
 
 // saveLimitInput writes the first sync's input of run to files under dir.
@@ -108,6 +110,7 @@ func (in *limitInput) load(ctx context.Context, topo *topology) (time.Duration, 
 		_ = proxier.CleanupLeftovers(ctx, proxier.ModeAuto, nil)
 		defer func() { _ = proxier.CleanupLeftovers(ctx, proxier.ModeAuto, nil) }()
 		start := time.Now()
+		in.cpu = 0
 		for _, f := range in.files {
 			var cmd *exec.Cmd
 			if in.mode == proxier.ModeIPTables {
@@ -115,9 +118,11 @@ func (in *limitInput) load(ctx context.Context, topo *topology) (time.Duration, 
 			} else {
 				cmd = exec.CommandContext(ctx, "nft", "-f", f)
 			}
-			if out, err := cmd.CombinedOutput(); err != nil {
+			out, err := cmd.CombinedOutput()
+			if err != nil {
 				return fmt.Errorf("%s: %w: %s", cmd, err, firstLines(out))
 			}
+			in.cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		}
 		elapsed = time.Since(start)
 		return nil

@@ -160,7 +160,7 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 		return err
 	}
 	defer os.RemoveAll(dir)
-	limits := map[int][]time.Duration{}
+	limits, limitCPU, mcsdCPU := map[int][]time.Duration{}, map[int][]time.Duration{}, map[int][]time.Duration{}
 	limitTool := "nft -f"
 	if mode == proxier.ModeIPTables {
 		limitTool = "iptables-restore"
@@ -214,8 +214,11 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 						}
 					}
 					limits[n] = append(limits[n], limit)
-					fmt.Printf("limit      %6d run %d: %s of the same input (%d bytes) %s; mcsd's full sync is %.2fx\n",
-						n, run+1, limitTool, input.nbytes, ms(limit), float64(r.times.full)/float64(limit))
+					limitCPU[n] = append(limitCPU[n], input.cpu)
+					mcsdCPU[n] = append(mcsdCPU[n], r.times.fullCPU)
+					fmt.Printf("limit      %6d run %d: %s of the same input (%d bytes) %s, CPU %s; mcsd's full sync is %.2fx, CPU %s (%.2fx)\n",
+						n, run+1, limitTool, input.nbytes, ms(limit), ms(input.cpu), float64(r.times.full)/float64(limit),
+						ms(r.times.fullCPU), float64(r.times.fullCPU)/float64(input.cpu))
 					mcsd[n] = append(mcsd[n], r.times)
 					if r.lat.p50 > 0 {
 						largest = r.lat
@@ -242,6 +245,14 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 	}
 	printSummary(mode, sizes, mcsd, kpRes)
 	printLimits(mode, limitTool, sizes, mcsd, limits)
+	fmt.Printf("CPU time of the same (the process's and its children's: less sensitive to the machine's load than the wall clock)\n")
+	for _, n := range sizes {
+		ratio := "-"
+		if m := median(limitCPU[n]); m > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(median(mcsdCPU[n]))/float64(m))
+		}
+		fmt.Printf("%8d  %-28s %-28s %s\n", n, spread(mcsdCPU[n]), spread(limitCPU[n]), ratio)
+	}
 	return nil
 }
 
@@ -300,6 +311,23 @@ type syncTimes struct {
 	// after the first sync (the proxier's, plus the bench's own copy of
 	// the imports and slices it handed over).
 	heap, rss uint64
+	// fullCPU is the CPU time the first sync took: the bench process's
+	// (the proxier's) and its children's (nft, iptables-restore).
+	fullCPU time.Duration
+}
+
+// cpuUsed is the CPU time this process and its waited-for children have
+// used. On a shared machine it tells apart what a sync costs from how
+// long it waited for a core.
+func cpuUsed() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return total
 }
 
 // memory is the live heap after a collection, and the resident set.

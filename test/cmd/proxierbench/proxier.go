@@ -211,9 +211,11 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 	if err != nil {
 		return res, lat, err
 	}
+	cpuBefore := cpuUsed()
 	r.p.OnServiceImportsSynced()
 	r.p.OnEndpointSlicesSynced()
 	full, err := waitHistogram(ctx, r.reg, fullMetric, 1, syncWait)
+	res.fullCPU = cpuUsed() - cpuBefore
 	stopProfile()
 	if err != nil {
 		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
