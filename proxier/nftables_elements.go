@@ -134,6 +134,11 @@ func batchObject(batch []element, withValues bool) *knftables.Element {
 		return e.object()
 	}
 	var b strings.Builder
+	size := 0
+	for _, e := range batch {
+		size += len(e.key) + len(" : ") + len(e.value) + len(", ")
+	}
+	b.Grow(size)
 	last := batch[len(batch)-1]
 	for _, e := range batch[:len(batch)-1] {
 		b.WriteString(e.key)
