@@ -14,13 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 )
@@ -70,18 +68,7 @@ func TestFeedAppliesAGoneClusterInOneSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeInformers, mcsInformers := informers.NewSharedInformerFactory(kube, 0), mcsinformers.NewSharedInformerFactory(mcs, 0)
-	feed, err := NewFeed(mcsInformers.Multicluster().V1beta1().ServiceImports().Informer(),
-		kubeInformers.Discovery().V1().EndpointSlices().Informer(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeInformers.Start(ctx.Done())
-	mcsInformers.Start(ctx.Done())
-	go p.SyncLoop(ctx)
-	if !feed.Run(ctx) {
-		t.Fatal("the feed did not sync")
-	}
+	feed := StartFeed(t, kube, mcs, p)
 	westEndpoints := func() (n int) {
 		elements, _ := nft.ListElements(ctx, "map", "backends-tcp")
 		for _, e := range elements {
