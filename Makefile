@@ -5,8 +5,8 @@
 #   make kubectl-mcs    the operator's CLI, bin/kubectl-mcs (kubectl mcs once on PATH)
 #   make test       every test: unit, real API servers, real kernel, real kubelets (root)
 #   make test-unit  fast tests only: no root, no harness
-#   make bench-proxier  proxier sync times and latency vs kube-proxy (root)
-#   make bench-dns      DNS queries per second, latency and answers vs CoreDNS (root)
+#   make bench-proxier  proxier sync times and latency vs kube-proxy and nft -f; a dead cluster (root)
+#   make bench-dns      DNS queries per second, latency and answers vs CoreDNS and a minimal responder (root)
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 #   make bench-scale    the control plane at 3x10k and 50x1k services (root)
 #   make bench-bulk     200 services exported at once, three clusters, beside a plain writer (root)
@@ -130,7 +130,9 @@ bench: harness-binaries
 
 # The proxier's sync times with the real nft at 1k, 10k and 30k
 # ServiceImports (PROXIER_BENCH_SIZES), side by side with kube-proxy in
-# nftables mode, and first-packet connect latency; prints numbers only (root).
+# nftables mode and with nft -f of the same input, first-packet connect
+# latency, and a dead cluster's departure (PROXIER_BENCH_DEAD_CLUSTER);
+# prints numbers only (root).
 bench-proxier: harness-binaries
 	PROXIER_BENCH_KUBE_PROXY=$$(bash test/tools/build.sh $(MCSD_CACHE)/k8s kube-proxy)/kube-proxy \
 	  $(GO) run ./test/cmd/proxierbench

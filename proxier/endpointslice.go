@@ -128,7 +128,13 @@ type endpoint struct {
 
 // String is "ip:port" ("[ip]:port" for IPv6), as in a dnat statement.
 func (e endpoint) String() string {
-	return netip.AddrPortFrom(e.ip, uint16(e.port)).String()
+	return e.id().String()
+}
+
+// id tells endpoints apart: address and port. Unlike String it allocates
+// nothing, which counts where a sync compares hundreds of thousands.
+func (e endpoint) id() netip.AddrPort {
+	return netip.AddrPortFrom(e.ip, uint16(e.port))
 }
 
 // endpointsFor returns the endpoints of every slice whose source cluster
@@ -138,8 +144,12 @@ func (e endpoint) String() string {
 // any copy is. The result is sorted by address and port.
 func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 	key := mcsslice.ServicePortKey(p.name, p.protocol)
-	seen := map[string]int{}
-	var eps []endpoint
+	n := 0
+	for _, s := range slices {
+		n += len(s.endpoints)
+	}
+	seen := make(map[netip.AddrPort]int, n)
+	eps := make([]endpoint, 0, n)
 	for _, s := range slices {
 		target, ok := s.targetPorts[key]
 		if !ok {
@@ -153,7 +163,7 @@ func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 		for _, se := range s.endpoints {
 			e := endpoint{ip: se.ip, port: target, cluster: s.cluster, nodeName: se.nodeName,
 				ready: se.ready, serving: se.serving, terminating: se.terminating}
-			id := e.String()
+			id := e.id()
 			if i, dup := seen[id]; dup {
 				// An endpoint moving between slices is in both for a
 				// moment, in its old state in one of them: the ready
@@ -167,11 +177,6 @@ func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 			eps = append(eps, e)
 		}
 	}
-	sort.Slice(eps, func(i, j int) bool {
-		if c := eps[i].ip.Compare(eps[j].ip); c != 0 {
-			return c < 0
-		}
-		return eps[i].port < eps[j].port
-	})
+	sort.Slice(eps, func(i, j int) bool { return eps[i].id().Compare(eps[j].id()) < 0 })
 	return eps
 }

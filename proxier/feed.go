@@ -97,10 +97,14 @@ func (f *Feed) HasSynced() bool { return f.synced.Load() }
 // says) from the provider, and hands back those of clusters no longer in
 // the set: their slices are delivered again, emptied or whole. The
 // EndpointSlices themselves are left to the importer, which tidies them up
-// later at a bounded rate; the data plane does not wait for that.
+// later at a bounded rate; the data plane does not wait for that. A
+// Proxier (or DualStack) applies the whole change in one sync.
 func (f *Feed) SetGoneClusters(gone mcsslice.GoneClusters) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if h, ok := f.provider.(syncHolder); ok {
+		defer h.holdSyncs()()
+	}
 	before := f.gone
 	changed := gone.Changed(before)
 	f.gone = gone

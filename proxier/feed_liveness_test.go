@@ -11,13 +11,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
@@ -57,18 +55,7 @@ func TestFeedWithholdsGoneClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeInformers, mcsInformers := informers.NewSharedInformerFactory(kube, 0), mcsinformers.NewSharedInformerFactory(mcs, 0)
-	feed, err := proxier.NewFeed(mcsInformers.Multicluster().V1beta1().ServiceImports().Informer(),
-		kubeInformers.Discovery().V1().EndpointSlices().Informer(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeInformers.Start(ctx.Done())
-	mcsInformers.Start(ctx.Done())
-	go p.SyncLoop(ctx)
-	if !feed.Run(ctx) {
-		t.Fatal("the feed did not sync")
-	}
+	feed := proxier.StartFeed(t, kube, mcs, p)
 	backendsAre := func(what string, want ...string) {
 		t.Helper()
 		var got []string

@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -14,15 +15,17 @@ import (
 // entries), so each one is reference-counted.
 type elementStore struct {
 	logger  klog.Logger
-	entries map[string]map[string]*storedElement // container -> key -> element
+	entries map[string]map[string]storedElement // container -> key -> element
 	// perCommand is how many elements one "add element" or "delete
 	// element" command carries. nft 1.0.6 spends about as much on a
 	// command as on the elements in it, so at tens of thousands of imports
 	// batching them halves a full load.
 	perCommand int
 	// pending holds the element operations of the transaction being
-	// built, until write: deletions, then additions, per container.
-	deletes, adds map[string][]element
+	// built, until write: deletions, then additions, per container, in
+	// chunks of perCommand, so that a full load of hundreds of thousands
+	// grows no slice by copying it.
+	deletes, adds map[string][][]element
 }
 
 type storedElement struct {
@@ -37,23 +40,36 @@ func newElementStore(logger klog.Logger, perCommand int) *elementStore {
 }
 
 // reset forgets everything; the caller flushes the containers in the same
-// transaction.
+// transaction. Each container's map starts with the room it took before,
+// as a rewrite puts back about as many elements.
 func (s *elementStore) reset() {
-	s.entries = map[string]map[string]*storedElement{}
+	before := s.entries
+	s.entries = map[string]map[string]storedElement{}
 	for _, c := range staticContainers {
-		s.entries[c] = map[string]*storedElement{}
+		s.entries[c] = make(map[string]storedElement, len(before[c]))
 	}
-	s.deletes, s.adds = map[string][]element{}, map[string][]element{}
+	s.deletes, s.adds = map[string][][]element{}, map[string][][]element{}
+}
+
+// queue appends e to the chunked operations of its container.
+func (s *elementStore) queue(ops map[string][][]element, e element) {
+	chunks := ops[e.container]
+	if n := len(chunks); n == 0 || len(chunks[n-1]) == s.perCommand {
+		ops[e.container] = append(chunks, append(make([]element, 0, s.perCommand), e))
+		return
+	}
+	chunks[len(chunks)-1] = append(chunks[len(chunks)-1], e)
 }
 
 // acquire adds a reference to e, adding it when it is new. A key that
 // exists with another value is deleted and added again: the kernel refuses
 // to add an existing map key with a new value.
 func (s *elementStore) acquire(e element) {
-	stored := s.entries[e.container][e.key]
-	if stored == nil {
-		s.entries[e.container][e.key] = &storedElement{value: e.value, refs: 1}
-		s.adds[e.container] = append(s.adds[e.container], e)
+	entries := s.entries[e.container]
+	stored, ok := entries[e.key]
+	if !ok {
+		entries[e.key] = storedElement{value: e.value, refs: 1}
+		s.queue(s.adds, e)
 		return
 	}
 	stored.refs++
@@ -63,24 +79,27 @@ func (s *elementStore) acquire(e element) {
 		// bug. The last one wins.
 		s.logger.Error(nil, "Two services claim one nftables map key", "map", e.container, "key", e.key,
 			"value", stored.value, "newValue", e.value)
-		s.deletes[e.container] = append(s.deletes[e.container], element{container: e.container, key: e.key})
-		s.adds[e.container] = append(s.adds[e.container], e)
+		s.queue(s.deletes, element{container: e.container, key: e.key})
+		s.queue(s.adds, e)
 		stored.value = e.value
 	}
+	entries[e.key] = stored
 }
 
 // release drops a reference to e, deleting it with the last one.
 func (s *elementStore) release(e element) {
-	stored := s.entries[e.container][e.key]
-	if stored == nil {
+	entries := s.entries[e.container]
+	stored, ok := entries[e.key]
+	if !ok {
 		return
 	}
 	stored.refs--
 	if stored.refs > 0 {
+		entries[e.key] = stored
 		return
 	}
-	delete(s.entries[e.container], e.key)
-	s.deletes[e.container] = append(s.deletes[e.container], element{container: e.container, key: e.key})
+	delete(entries, e.key)
+	s.queue(s.deletes, element{container: e.container, key: e.key})
 }
 
 // write adds the pending operations to tx: every deletion before every
@@ -90,29 +109,17 @@ func (s *elementStore) release(e element) {
 // order.
 func (s *elementStore) write(tx *knftables.Transaction) {
 	for _, c := range staticContainers {
-		for _, batch := range chunks(s.deletes[c], s.perCommand) {
+		for _, batch := range s.deletes[c] {
 			tx.Delete(batchObject(batch, false))
 		}
 	}
 	for _, c := range staticContainers {
-		for _, batch := range chunks(s.adds[c], s.perCommand) {
+		for _, batch := range s.adds[c] {
 			tx.Add(batchObject(batch, true))
 		}
 	}
 	clear(s.deletes)
 	clear(s.adds)
-}
-
-func chunks(es []element, n int) [][]element {
-	var out [][]element
-	for len(es) > n {
-		out = append(out, es[:n])
-		es = es[n:]
-	}
-	if len(es) > 0 {
-		out = append(out, es)
-	}
-	return out
 }
 
 // batchObject is one knftables element that nft reads as all of batch:
@@ -127,6 +134,11 @@ func batchObject(batch []element, withValues bool) *knftables.Element {
 		return e.object()
 	}
 	var b strings.Builder
+	size := 0
+	for _, e := range batch {
+		size += len(e.key) + len(" : ") + len(e.value) + len(", ")
+	}
+	b.Grow(size)
 	last := batch[len(batch)-1]
 	for _, e := range batch[:len(batch)-1] {
 		b.WriteString(e.key)
@@ -152,6 +164,18 @@ func batchObject(batch []element, withValues bool) *knftables.Element {
 // diff moves one service's elements from old to new: what is gone is
 // released, then what is new acquired. The operations wait for write.
 func (s *elementStore) diff(old, new []element) {
+	// A render is deterministic: a service that gained or lost nothing
+	// has the same elements in the same order, and a new one has no old
+	// ones. Only the others need the maps below.
+	if slices.Equal(old, new) {
+		return
+	}
+	if len(old) == 0 {
+		for _, e := range new {
+			s.acquire(e)
+		}
+		return
+	}
 	type id struct{ container, key string }
 	wanted := make(map[id]string, len(new))
 	for _, e := range new {

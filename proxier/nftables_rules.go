@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -229,9 +230,17 @@ type element struct {
 func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, prev *renderedService) *renderedService {
 	n := &nftablesService{chains: map[string][]string{}}
 	r := &renderedService{vip: svc.vip, slots: map[portKey][]endpoint{}, rules: n}
+	choices := make([]choice, len(svc.ports))
+	size := 1
+	for i, p := range svc.ports {
+		choices[i] = pol.choose(svc, endpointsFor(p, slices))
+		size += 1 + len(choices[i].endpoints)
+	}
+	n.elements = make([]element, 0, size)
 	n.elements = append(n.elements, element{container: clustersetIPsSet, key: svc.vip})
-	for _, p := range svc.ports {
-		c := pol.choose(svc, endpointsFor(p, slices))
+	var buf []byte
+	for i, p := range svc.ports {
+		c := choices[i]
 		proto := strings.ToLower(string(p.protocol))
 		port := strconv.Itoa(int(p.port))
 		key := svc.vip + " . " + proto + " . " + port
@@ -252,9 +261,16 @@ func render(svc *serviceInfo, slices []*sliceInfo, pol trafficPolicy, w words, p
 		slots := assignSlots(before, c.endpoints)
 		r.slots[pk] = slots
 		r.endpoints += len(slots)
+		// One allocation per string: a port of hundreds of endpoints is
+		// rendered again whenever one of them changes, and at hundreds of
+		// thousands of elements the garbage is most of a sync's cost.
+		backends := backendsMapName(proto)
+		prefix := svc.vip + " . " + port + " . "
 		for i, e := range slots {
-			n.elements = append(n.elements, element{container: backendsMapName(proto),
-				key: svc.vip + " . " + port + " . " + strconv.Itoa(i), value: e.ip.String() + " . " + strconv.Itoa(int(e.port))})
+			buf = strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10)
+			key := string(buf)
+			buf = strconv.AppendInt(append(e.ip.AppendTo(buf[:0]), " . "...), int64(e.port), 10)
+			n.elements = append(n.elements, element{container: backends, key: key, value: string(buf)})
 			if pol.isLocal(e) {
 				ip := e.ip.String()
 				n.elements = append(n.elements, element{container: hairpinConnectionsSet,
@@ -294,23 +310,24 @@ func assignSlots(before, eps []endpoint) []endpoint {
 	if len(eps) > maxEndpoints {
 		eps = eps[:maxEndpoints]
 	}
-	byID := make(map[string]endpoint, len(eps))
-	for _, e := range eps {
-		byID[e.String()] = e
+	// Each endpoint's position in eps, then whether it was placed.
+	at := make(map[netip.AddrPort]int, len(eps))
+	for i, e := range eps {
+		at[e.id()] = i
 	}
 	slots := make([]endpoint, len(eps))
 	filled := make([]bool, len(eps))
-	placed := make(map[string]bool, len(eps))
+	placed := make([]bool, len(eps))
 	for i, e := range before[:min(len(before), len(slots))] {
 		// The current copy: its readiness or node may have changed.
-		if cur, ok := byID[e.String()]; ok {
-			slots[i], filled[i] = cur, true
-			placed[e.String()] = true
+		if j, ok := at[e.id()]; ok {
+			slots[i], filled[i] = eps[j], true
+			placed[j] = true
 		}
 	}
 	next := 0
-	for _, e := range eps {
-		if placed[e.String()] {
+	for j, e := range eps {
+		if placed[j] {
 			continue
 		}
 		for filled[next] {

@@ -67,7 +67,8 @@ func (pol trafficPolicy) isLocal(e endpoint) bool {
 // readyOrTerminating returns the ready endpoints among those that keep
 // returns true, or if there are none, the serving and terminating ones.
 func readyOrTerminating(eps []endpoint, keep func(endpoint) bool) []endpoint {
-	var ready, terminating []endpoint
+	ready := make([]endpoint, 0, len(eps))
+	var terminating []endpoint
 	for _, e := range eps {
 		if !keep(e) {
 			continue

@@ -183,6 +183,7 @@ type Proxier struct {
 	logger    klog.Logger
 	tracker   *changeTracker
 	runner    *runner
+	burst     burstHold
 
 	fullSyncPeriod time.Duration
 	// syncPeriod is how often the backend checks that its rules were not
@@ -419,6 +420,9 @@ func (p *Proxier) informerSynced(synced *bool) {
 
 // Sync implements [Provider].
 func (p *Proxier) Sync() {
+	if p.burst.postpone() {
+		return
+	}
 	if p.health != nil {
 		p.health.QueuedUpdate(p.family)
 	}

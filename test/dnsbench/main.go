@@ -6,8 +6,10 @@
 // specification supports; then queries per second and per server
 // CPU-second (dnsperf) and latency percentiles (a Go closed-loop
 // generator) for the mixed load, median and spread of rounds alternating
-// which server goes first; then each main kind of query alone, and the
-// mixed load over TCP. It prints numbers and the load average; it never
+// which server goes first, beside a minimal UDP responder on the same core
+// under the same load (the limit: a fixed answer, batched reads and
+// writes); then each main kind of query alone, and the mixed load over
+// TCP. It prints numbers and the load average; it never
 // passes or fails on them. It needs root (the harness), taskset and
 // dnsperf, and sends traffic only to 127.0.0.1.
 //
@@ -67,6 +69,7 @@ func main() {
 	flag.IntVar(&o.perfClients, "perf-clients", 8, "dnsperf's -c: its sockets")
 	flag.IntVar(&o.perfOutstanding, "perf-outstanding", 256, "dnsperf's -q: queries it keeps outstanding")
 	serveMode := flag.Bool("serve-mcsd", false, "internal: serve mcsd's DNS from -kubeconfig on -listen")
+	responderMode := flag.Bool("serve-responder", false, "internal: run the minimal UDP responder on -listen")
 	loadMode := flag.String("load", "", "internal: load the server at this address and print JSON")
 	kubeconfig := flag.String("kubeconfig", "", "internal: for -serve-mcsd")
 	listen := flag.String("listen", "", "internal: for -serve-mcsd")
@@ -80,6 +83,8 @@ func main() {
 	switch {
 	case *serveMode:
 		err = serveMCSD(ctx, *kubeconfig, *listen)
+	case *responderMode:
+		err = serveResponder(ctx, *listen)
 	case *loadMode != "":
 		err = runLoad(*loadMode, o)
 	default:
@@ -170,6 +175,11 @@ func run(ctx context.Context, o options) error {
 	}
 	defer core.stop()
 	servers := []*server{mcsd, core}
+	responder, err := startResponder(cs.Dir, o.serverCPU)
+	if err != nil {
+		return err
+	}
+	defer responder.stop()
 
 	kinds := buildMix(d)
 	for _, s := range servers {
@@ -200,7 +210,7 @@ func run(ctx context.Context, o options) error {
 	o.kinds = strings.Join(asked, ",")
 	printMix(load)
 
-	return benchmark(servers, o, cs.Dir, load)
+	return benchmark(servers, responder, o, cs.Dir, load)
 }
 
 // waitLoaded waits until the server answers the last service of each kind

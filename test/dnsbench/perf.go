@@ -127,7 +127,10 @@ type mixedRun struct {
 // with dnsperf, then latency with the Go generator), alternating which
 // server goes first; then each kind of query alone and the mixed load over
 // TCP, once per server. It prints the tables as it goes.
-func benchmark(servers []*server, o options, dir string, load []kind) error {
+//
+// The responder runs in the rounds too, as the limit: mcsd's queries per
+// server CPU-second are printed as a fraction of its.
+func benchmark(servers []*server, responder *server, o options, dir string, load []kind) error {
 	mixFile := filepath.Join(dir, "queries-mixed.txt")
 	if err := writeQueryFile(mixFile, sequence(load, 50)); err != nil {
 		return err
@@ -137,7 +140,7 @@ func benchmark(servers []*server, o options, dir string, load []kind) error {
 
 	runs := map[string][]mixedRun{}
 	for round := range o.rounds {
-		order := slices.Clone(servers)
+		order := append(slices.Clone(servers), responder)
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
@@ -161,7 +164,7 @@ func benchmark(servers []*server, o options, dir string, load []kind) error {
 			runs[s.name] = append(runs[s.name], mixedRun{p, l})
 		}
 	}
-	printMixed(servers, runs)
+	printMixed(append(slices.Clone(servers), responder), runs)
 
 	// Each kind alone, and the mixed load over TCP.
 	type single struct {
@@ -243,7 +246,15 @@ func printMixed(servers []*server, runs map[string][]mixedRun) {
 		fmt.Fprintf(tw, "%s\t%s\t\n", s.name, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
-	m, c := med["mcsd"], med["coredns"]
+	m, c, r := med["mcsd"], med["coredns"], med["responder"]
 	fmt.Printf("mcsd / CoreDNS (medians): QPS %.2fx, queries per server CPU-second %.2fx, p50 %.2fx, p99 %.2fx\n",
 		m[0]/c[0], m[1]/c[1], m[2]/c[2], m[3]/c[3])
+	var perRound []string
+	for i := range runs["mcsd"] {
+		if i < len(runs["responder"]) {
+			perRound = append(perRound, fmt.Sprintf("%.2f", runs["mcsd"][i].perf.perCPU()/runs["responder"][i].perf.perCPU()))
+		}
+	}
+	fmt.Printf("mcsd / the minimal responder (the limit), queries per server CPU-second: %.2fx of the medians (per round: %s); QPS %.2fx\n",
+		m[1]/r[1], strings.Join(perRound, " "), m[0]/r[0])
 }

@@ -113,6 +113,12 @@ func startCoreDNS(bin, dir, kubeconfig string, cpu int) (*server, error) {
 
 // startMCSD runs this program's -serve-mcsd mode.
 func startMCSD(dir, kubeconfig string, cpu int) (*server, error) {
+	return startSelf("mcsd", dir, cpu, "-serve-mcsd", "-kubeconfig", kubeconfig)
+}
+
+// startSelf runs this program on cpu with args and a free -listen
+// address, logging to <dir>/<name>.log.
+func startSelf(name, dir string, cpu int, args ...string) (*server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -121,7 +127,8 @@ func startMCSD(dir, kubeconfig string, cpu int) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start("mcsd", pinned(cpu, self, "-serve-mcsd", "-kubeconfig", kubeconfig, "-listen", addr), addr, filepath.Join(dir, "mcsd.log"))
+	argv := append(append([]string{self}, args...), "-listen", addr)
+	return start(name, pinned(cpu, argv...), addr, filepath.Join(dir, name+".log"))
 }
 
 // serveMCSD is the -serve-mcsd mode: mcsd's DNS server fed by informers on

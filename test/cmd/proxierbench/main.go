@@ -15,13 +15,17 @@
 // Environment:
 //
 //	PROXIER_BENCH_MODES             proxier modes, each against kube-proxy in the same mode
-//	                                (default nftables,iptables)
+//	                                (default nftables,iptables; none: only the dead cluster)
 //	PROXIER_BENCH_SIZES             ServiceImports per run (default 1000,10000,30000)
 //	PROXIER_BENCH_KUBE_PROXY_SIZES  sizes kube-proxy runs at (default: PROXIER_BENCH_SIZES); the
 //	                                others are skipped, and the output says so
 //	PROXIER_BENCH_RUNS              runs per size and side (default 3)
 //	PROXIER_BENCH_KUBE_PROXY        kube-proxy binary; unset or missing skips kube-proxy
 //	PROXIER_BENCH_LATENCY_SAMPLES   connects per latency figure (default 500)
+//	PROXIER_BENCH_DEAD_CLUSTER      clusters x services x endpoints of the dead-cluster scenario
+//	                                (default 3x10000x1,50x1000x10; none skips it)
+//	PROXIER_BENCH_PROFILE           if set, CPU profiles of the first syncs and of the dead cluster's
+//	                                departures are written to <value>.<what>.<time>
 package main
 
 import (
@@ -30,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -87,8 +92,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	dead, err := parseDeadShapes("PROXIER_BENCH_DEAD_CLUSTER", "3x10000x1,50x1000x10")
+	if err != nil {
+		return err
+	}
 	var modes []proxier.Mode
 	for _, m := range strings.Split(envOr("PROXIER_BENCH_MODES", "nftables,iptables"), ",") {
+		if m == "none" {
+			break
+		}
 		mode, err := proxier.ParseMode(strings.TrimSpace(m))
 		if err != nil || mode == proxier.ModeAuto {
 			return fmt.Errorf("PROXIER_BENCH_MODES: %q is not nftables or iptables", m)
@@ -132,16 +144,26 @@ func run() error {
 			return err
 		}
 	}
-	return nil
+	return benchDeadCluster(ctx, topo, dead, runs)
 }
 
 // benchMode measures the proxier in one mode, and kube-proxy in the same
 // mode, at every size.
 func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode proxier.Mode, sizes, kpSizes []int, runs, samples int) error {
 	fmt.Printf("\n== %s mode ==\n", mode)
-	alone, err := mcsdOnce(ctx, topo, mode, 0, true, samples)
+	alone, err := mcsdOnce(ctx, topo, mode, 0, true, samples, "")
 	if err != nil {
 		return err
+	}
+	dir, err := os.MkdirTemp("", "proxierbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	limits, limitCPU, mcsdCPU := map[int][]time.Duration{}, map[int][]time.Duration{}, map[int][]time.Duration{}
+	limitTool := "nft -f"
+	if mode == proxier.ModeIPTables {
+		limitTool = "iptables-restore"
 	}
 	fmt.Printf("first-packet TCP connect, ClusterSetIP, 1 import:         %s  [load %s]\n", alone.lat, alone.times.load)
 
@@ -158,6 +180,7 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 				kp, withKP = nil, false
 			}
 		}
+		var input *limitInput
 		for run := 0; run < runs; run++ {
 			sides := []string{"mcsd", "kube-proxy"}
 			if run%2 == 1 {
@@ -166,16 +189,43 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 			for _, side := range sides {
 				switch {
 				case side == "mcsd":
-					r, err := mcsdOnce(ctx, topo, mode, n, run == 0 && n == sizes[len(sizes)-1], samples)
+					// The limit goes first on odd runs, with the input
+					// an earlier run saved (the same at every run).
+					var limit time.Duration
+					if run%2 == 1 && input != nil {
+						if limit, err = input.load(ctx, topo); err != nil {
+							return fmt.Errorf("%s of the proxier's first sync, %d imports: %w", limitTool, n, err)
+						}
+					}
+					sub := filepath.Join(dir, strconv.Itoa(n))
+					if err := os.MkdirAll(sub, 0o700); err != nil {
+						return err
+					}
+					r, err := mcsdOnce(ctx, topo, mode, n, run == 0 && n == sizes[len(sizes)-1], samples, sub)
 					if err != nil {
 						return fmt.Errorf("proxier, %d imports: %w", n, err)
 					}
+					if input == nil {
+						input = r.input
+					}
+					if run%2 == 0 || limit == 0 {
+						if limit, err = input.load(ctx, topo); err != nil {
+							return fmt.Errorf("%s of the proxier's first sync, %d imports: %w", limitTool, n, err)
+						}
+					}
+					limits[n] = append(limits[n], limit)
+					limitCPU[n] = append(limitCPU[n], input.cpu)
+					mcsdCPU[n] = append(mcsdCPU[n], r.times.fullCPU)
+					fmt.Printf("limit      %6d run %d: %s of the same input (%d bytes) %s, CPU %s; mcsd's full sync is %.2fx, CPU %s (%.2fx)\n",
+						n, run+1, limitTool, input.nbytes, ms(limit), ms(input.cpu), float64(r.times.full)/float64(limit),
+						ms(r.times.fullCPU), float64(r.times.fullCPU)/float64(input.cpu))
 					mcsd[n] = append(mcsd[n], r.times)
 					if r.lat.p50 > 0 {
 						largest = r.lat
 					}
-					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s  [load %s]\n",
-						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check), r.times.load)
+					fmt.Printf("mcsd       %6d run %d: full %s, partial %s (median of %d), resync %s, change during resync applied after %s, table check %s; after the first sync: heap %d MiB, RSS %d MiB  [load %s]\n",
+						n, run+1, ms(r.times.full), ms(r.times.partial), partialSyncs, ms(r.times.resync), ms(r.times.delay), ms(r.times.check),
+						r.times.heap>>20, r.times.rss>>20, r.times.load)
 				case withKP:
 					r, err := kp.measure(ctx, string(mode), n)
 					if err != nil {
@@ -194,23 +244,60 @@ func benchMode(ctx context.Context, topo *topology, kp *kubeProxyBench, mode pro
 		fmt.Printf("first-packet TCP connect, ClusterSetIP, %d imports:  %s (1 import: %s)\n", sizes[len(sizes)-1]+1, largest, alone.lat)
 	}
 	printSummary(mode, sizes, mcsd, kpRes)
+	printLimits(mode, limitTool, sizes, mcsd, limits)
+	fmt.Printf("CPU time of the same (the process's and its children's: less sensitive to the machine's load than the wall clock)\n")
+	for _, n := range sizes {
+		ratio := "-"
+		if m := median(limitCPU[n]); m > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(median(mcsdCPU[n]))/float64(m))
+		}
+		fmt.Printf("%8d  %-28s %-28s %s\n", n, spread(mcsdCPU[n]), spread(limitCPU[n]), ratio)
+	}
 	return nil
+}
+
+// printLimits sets each size's full syncs beside the tool's load of the
+// same input.
+func printLimits(mode proxier.Mode, tool string, sizes []int, mcsd map[int][]syncTimes, limits map[int][]time.Duration) {
+	fmt.Printf("\n%s mode: mcsd's full sync against %s of the same input (the kernel's and the tool's cost alone), median [lowest - highest]\n", mode, tool)
+	fmt.Printf("%8s  %-28s %-28s %s\n", "services", "mcsd full", tool, "full/limit (median, and per run)")
+	for _, n := range sizes {
+		var full []time.Duration
+		var per []string
+		for i, t := range mcsd[n] {
+			full = append(full, t.full)
+			if i < len(limits[n]) {
+				per = append(per, fmt.Sprintf("%.2f", float64(t.full)/float64(limits[n][i])))
+			}
+		}
+		ratio := "-"
+		if m := median(limits[n]); m > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(median(full))/float64(m))
+		}
+		fmt.Printf("%8d  %-28s %-28s %s (%s)\n", n, spread(full), spread(limits[n]), ratio, strings.Join(per, " "))
+	}
 }
 
 // mcsdResult is one proxier run.
 type mcsdResult struct {
 	times syncTimes
 	lat   latency
+	// input is the first sync's, saved under the directory given.
+	input *limitInput
 }
 
-func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, withLatency bool, samples int) (mcsdResult, error) {
+func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, withLatency bool, samples int, dir string) (mcsdResult, error) {
 	run, err := newProxierRun(topo, mode)
 	if err != nil {
 		return mcsdResult{}, err
 	}
 	defer run.close()
 	times, lat, err := run.measure(ctx, n, withLatency, samples)
-	return mcsdResult{times, lat}, err
+	if err != nil || dir == "" {
+		return mcsdResult{times: times, lat: lat}, err
+	}
+	input, err := saveLimitInput(run, dir)
+	return mcsdResult{times, lat, input}, err
 }
 
 // syncTimes are one run's figures: the first full sync, the median of the
@@ -220,6 +307,43 @@ func mcsdOnce(ctx context.Context, topo *topology, mode proxier.Mode, n int, wit
 type syncTimes struct {
 	full, partial, resync, delay, check time.Duration
 	load                                string
+	// heap and rss are the bench process's live heap and resident set
+	// after the first sync (the proxier's, plus the bench's own copy of
+	// the imports and slices it handed over).
+	heap, rss uint64
+	// fullCPU is the CPU time the first sync took: the bench process's
+	// (the proxier's) and its children's (nft, iptables-restore).
+	fullCPU time.Duration
+}
+
+// cpuUsed is the CPU time this process and its waited-for children have
+// used. On a shared machine it tells apart what a sync costs from how
+// long it waited for a core.
+func cpuUsed() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return total
+}
+
+// memory is the live heap after a collection, and the resident set.
+func memory() (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				rss = kb << 10
+			}
+		}
+	}
+	return ms.HeapAlloc, rss
 }
 
 // loadAverage is the 1-minute load average.

@@ -119,6 +119,9 @@ type proxierRun struct {
 	p        *proxier.Proxier
 	clock    *shiftedClock
 	observer *vipWaiter
+	// nftFirst and iptFirst keep the first sync's input, for the limit.
+	nftFirst *firstNFT
+	iptFirst *firstRestores
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -145,6 +148,14 @@ func newProxierRun(topo *topology, mode proxier.Mode) (*proxierRun, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if r.ipt != nil {
+		r.iptFirst = &firstRestores{IPTables: r.ipt}
+		r.ipt = r.iptFirst
+	}
+	if r.nft != nil {
+		r.nftFirst = &firstNFT{Interface: r.nft}
+		r.nft = r.nftFirst
 	}
 	r.p, err = proxier.New(proxier.Config{
 		Mode:      mode,
@@ -196,13 +207,21 @@ func (r *proxierRun) measure(ctx context.Context, n int, withLatency bool, sampl
 		defer close(r.done)
 		_ = r.topo.node.Do(func() error { r.p.SyncLoop(loopCtx); return nil })
 	}()
+	stopProfile, err := startProfile(fmt.Sprintf("first-sync.%s.%d", r.mode, n))
+	if err != nil {
+		return res, lat, err
+	}
+	cpuBefore := cpuUsed()
 	r.p.OnServiceImportsSynced()
 	r.p.OnEndpointSlicesSynced()
 	full, err := waitHistogram(ctx, r.reg, fullMetric, 1, syncWait)
+	res.fullCPU = cpuUsed() - cpuBefore
+	stopProfile()
 	if err != nil {
 		return res, lat, fmt.Errorf("the first sync did not succeed: %w", err)
 	}
 	res.full = full
+	res.heap, res.rss = memory()
 
 	if n > 0 {
 		var partials []time.Duration
