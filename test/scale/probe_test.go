@@ -65,14 +65,17 @@ func (p *dropProbe) dnsRecords(ctx context.Context) (int, error) {
 }
 
 // nftEndpoints returns the smallest endpoint count of the sample ports.
+// It lists the map once: nft's "get element" first fetches every element
+// of every set in the table, seconds at this scale, and would compete with
+// the proxier it is timing.
 func (p *dropProbe) nftEndpoints() (int, error) {
+	out, err := p.node.NS.Exec("nft", "list", "map", "ip", "mcsd", "service-ips")
+	if err != nil {
+		return 0, fmt.Errorf("listing the service-ips map: %v: %s", err, out)
+	}
 	endpoints := -1
 	for _, vip := range p.vips {
-		out, err := p.node.NS.Exec("nft", "get", "element", "ip", "mcsd", "service-ips", "{", vip, ".", "tcp", ".", "80", "}")
-		if err != nil {
-			return 0, fmt.Errorf("reading %s from nftables: %v: %s", vip, err, out)
-		}
-		n, err := lbCount(out)
+		n, err := lbCount(out, vip)
 		if err != nil {
 			return 0, err
 		}
@@ -83,12 +86,13 @@ func (p *dropProbe) nftEndpoints() (int, error) {
 	return endpoints, nil
 }
 
-var lbChain = regexp.MustCompile(`goto lb-tcp-(\d+)`)
-
-func lbCount(nft string) (int, error) {
-	m := lbChain.FindStringSubmatch(nft)
+// lbCount reads the endpoint count of vip's TCP port 80 from a listing of
+// the service-ips map: the number in the name of its load-balancing chain.
+func lbCount(listing, vip string) (int, error) {
+	element := regexp.MustCompile(`(?:^|[\s{,])` + regexp.QuoteMeta(vip) + `\s*\.\s*tcp\s*\.\s*80\s*:\s*goto lb-tcp-(\d+)`)
+	m := element.FindStringSubmatch(listing)
 	if m == nil {
-		return 0, fmt.Errorf("no load-balancing verdict in %q", nft)
+		return 0, fmt.Errorf("no load-balancing verdict for %s tcp/80 in the service-ips map", vip)
 	}
 	return strconv.Atoi(m[1])
 }
