@@ -499,7 +499,7 @@ func (r *run) cidrs(ctx context.Context) {
 // clusterset.local to the mcsd-dns Service.
 func (r *run) coreDNS(ctx context.Context) {
 	const name = "CoreDNS forwards clusterset.local"
-	fix := "add the server block of manifests/mcsd/coredns-snippet.yaml to the Corefile in kube-system/coredns, with the ClusterIP of mcsd-system/mcsd-dns"
+	fix := "run kubectl mcs join again, which configures the cluster DNS; or add the server block of manifests/mcsd/coredns-snippet.yaml to the Corefile in kube-system/coredns, with the ClusterIP of mcsd-system/mcsd-dns"
 	svc, err := r.kube.CoreV1().Services("mcsd-system").Get(ctx, "mcsd-dns", metav1.GetOptions{})
 	if err != nil {
 		r.add(name, Fail, "no Service mcsd-system/mcsd-dns: "+err.Error(), "install mcsd: kubectl apply -k manifests/mcsd")

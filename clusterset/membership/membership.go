@@ -7,6 +7,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -216,6 +217,56 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 	return res, nil
 }
 
+// Preview is what Join would do, doing nothing: the member's cluster ID
+// and the kubeconfig it would store, with the token of the member's
+// broker identity when it has one already, else the placeholder
+// TokenPlaceholder.
+func Preview(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
+	if opts.BrokerNamespace == "" {
+		opts.BrokerNamespace = broker.DefaultNamespace
+	}
+	if opts.BrokerServer == "" {
+		opts.BrokerServer = brokerAdmin.Host
+	}
+	memberClients, err := status.NewClients(member)
+	if err != nil {
+		return Result{}, err
+	}
+	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
+	if err != nil {
+		return Result{}, err
+	}
+	id, source, err := ResolveClusterID(ctx, memberClients.Kube, memberClients.Dynamic, opts.ClusterID)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{ClusterID: id, Source: source}
+	token, ca := TokenPlaceholder, []byte(nil)
+	s, err := brokerKube.CoreV1().Secrets(opts.BrokerNamespace).Get(ctx, broker.ServiceAccountName(id)+"-token", metav1.GetOptions{})
+	switch {
+	case err == nil && len(s.Data[corev1.ServiceAccountTokenKey]) > 0:
+		token = string(s.Data[corev1.ServiceAccountTokenKey])
+		ca = s.Data[corev1.ServiceAccountRootCAKey]
+	case err != nil && !apierrors.IsNotFound(err):
+		return res, fmt.Errorf("reading the member's token Secret: %w", err)
+	}
+	if len(ca) == 0 {
+		cfg := rest.CopyConfig(brokerAdmin)
+		if err := rest.LoadTLSFiles(cfg); err == nil {
+			ca = cfg.CAData
+		}
+	}
+	if !opts.NoSecret {
+		res.Secret = SecretNamespace + "/" + SecretName
+	}
+	res.Kubeconfig, err = Kubeconfig(opts.BrokerServer, ca, broker.ServiceAccountName(id), token, opts.BrokerNamespace)
+	return res, err
+}
+
+// TokenPlaceholder stands in a previewed kubeconfig for the token the
+// broker has not made yet.
+const TokenPlaceholder = "TOKEN-CREATED-BY-JOIN"
+
 // brokerCA is the CA that signs the broker's serving certificate: the
 // ca.crt of the member's token Secret (the broker's root CA, as the token
 // controller writes it), else the one of the administrator's configuration.
@@ -246,24 +297,31 @@ func Kubeconfig(server string, ca []byte, account, token, namespace string) ([]b
 	return clientcmd.Write(*kc)
 }
 
+// Secret is the member's Secret mcsd-system/mcsd-broker holding
+// kubeconfig, as WriteSecret writes it.
+func Secret(kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: SecretNamespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{SecretKey: kubeconfig},
+	}
+}
+
 // WriteSecret creates or replaces the member's Secret
 // mcsd-system/mcsd-broker with kubeconfig, creating the namespace if
-// needed.
+// needed; a Secret that already holds it is left alone.
 func WriteSecret(ctx context.Context, kube kubernetes.Interface, kubeconfig []byte) error {
 	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SecretNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s in the member: %w", SecretNamespace, err)
 	}
 	secrets := kube.CoreV1().Secrets(SecretNamespace)
-	want := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: SecretNamespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{SecretKey: kubeconfig},
-	}
+	want := Secret(kubeconfig)
 	_, err = secrets.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *corev1.Secret
-		if cur, err = secrets.Get(ctx, SecretName, metav1.GetOptions{}); err == nil {
+		if cur, err = secrets.Get(ctx, SecretName, metav1.GetOptions{}); err == nil && !bytes.Equal(cur.Data[SecretKey], kubeconfig) {
 			cur.Data = want.Data
 			_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
 		}
