@@ -144,34 +144,14 @@ type Result struct {
 // Secret mcsd-system/mcsd-broker. Joining again replaces the declaration
 // and the Secret.
 func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
+	opts = opts.withDefaults(brokerAdmin)
 	progress := opts.Progress
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
-	if opts.BrokerNamespace == "" {
-		opts.BrokerNamespace = broker.DefaultNamespace
-	}
-	if opts.BrokerServer == "" {
-		opts.BrokerServer = brokerAdmin.Host
-	}
-	memberKube, err := kubernetes.NewForConfig(member)
+	memberKube, brokerKube, res, err := resolve(ctx, brokerAdmin, member, opts)
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	memberDyn, err := dynamic.NewForConfig(member)
-	if err != nil {
-		return Result{}, err
-	}
-	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
-	if err != nil {
-		return Result{}, err
-	}
-	id, source, err := ResolveClusterID(ctx, memberKube, memberDyn, opts.ClusterID)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{ClusterID: id, Source: source}
-	progress("cluster ID %s (from the %s)", id, source)
+	id := res.ClusterID
+	progress("cluster ID %s (from the %s)", id, res.Source)
 	progress("declaring member %s on the broker (pod CIDRs %s) and creating its identity %s/%s",
 		id, prefixes(opts.PodCIDRs), opts.BrokerNamespace, broker.ServiceAccountName(id))
 
@@ -222,25 +202,12 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 // broker identity when it has one already, else the placeholder
 // TokenPlaceholder.
 func Preview(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
-	if opts.BrokerNamespace == "" {
-		opts.BrokerNamespace = broker.DefaultNamespace
-	}
-	if opts.BrokerServer == "" {
-		opts.BrokerServer = brokerAdmin.Host
-	}
-	memberClients, err := status.NewClients(member)
+	opts = opts.withDefaults(brokerAdmin)
+	_, brokerKube, res, err := resolve(ctx, brokerAdmin, member, opts)
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
-	if err != nil {
-		return Result{}, err
-	}
-	id, source, err := ResolveClusterID(ctx, memberClients.Kube, memberClients.Dynamic, opts.ClusterID)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{ClusterID: id, Source: source}
+	id := res.ClusterID
 	token, ca := TokenPlaceholder, []byte(nil)
 	s, err := brokerKube.CoreV1().Secrets(opts.BrokerNamespace).Get(ctx, broker.ServiceAccountName(id)+"-token", metav1.GetOptions{})
 	switch {
@@ -261,6 +228,35 @@ func Preview(ctx context.Context, brokerAdmin, member *rest.Config, opts Options
 	}
 	res.Kubeconfig, err = Kubeconfig(opts.BrokerServer, ca, broker.ServiceAccountName(id), token, opts.BrokerNamespace)
 	return res, err
+}
+
+// withDefaults is opts with its defaults for the broker of brokerAdmin.
+func (opts Options) withDefaults(brokerAdmin *rest.Config) Options {
+	if opts.Progress == nil {
+		opts.Progress = func(string, ...any) {}
+	}
+	if opts.BrokerNamespace == "" {
+		opts.BrokerNamespace = broker.DefaultNamespace
+	}
+	if opts.BrokerServer == "" {
+		opts.BrokerServer = brokerAdmin.Host
+	}
+	return opts
+}
+
+// resolve makes the clients of Join and Preview and resolves the
+// member's cluster ID.
+func resolve(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (kubernetes.Interface, kubernetes.Interface, Result, error) {
+	m, err := status.NewClients(member)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	id, source, err := ResolveClusterID(ctx, m.Kube, m.Dynamic, opts.ClusterID)
+	return m.Kube, brokerKube, Result{ClusterID: id, Source: source}, err
 }
 
 // TokenPlaceholder stands in a previewed kubeconfig for the token the

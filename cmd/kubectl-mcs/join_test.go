@@ -23,52 +23,37 @@ import (
 func objectVersions(ctx context.Context, t *testing.T, kube kubernetes.Interface, namespaces ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	add := func(kind string, m metav1.Object) { out[kind+" "+m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion() }
 	nss, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	addAll(t, out, "Namespace", nss.Items, err)
+	for _, ns := range namespaces {
+		o := metav1.ListOptions{}
+		cms, err := kube.CoreV1().ConfigMaps(ns).List(ctx, o)
+		addAll(t, out, "ConfigMap", cms.Items, err)
+		secrets, err := kube.CoreV1().Secrets(ns).List(ctx, o)
+		addAll(t, out, "Secret", secrets.Items, err)
+		sas, err := kube.CoreV1().ServiceAccounts(ns).List(ctx, o)
+		addAll(t, out, "ServiceAccount", sas.Items, err)
+		rbs, err := kube.RbacV1().RoleBindings(ns).List(ctx, o)
+		addAll(t, out, "RoleBinding", rbs.Items, err)
+		quotas, err := kube.CoreV1().ResourceQuotas(ns).List(ctx, o)
+		addAll(t, out, "ResourceQuota", quotas.Items, err)
+	}
+	return out
+}
+
+// addAll adds the resourceVersions of a list's items to versions.
+func addAll[T any, PT interface {
+	*T
+	metav1.Object
+}](t *testing.T, versions map[string]string, kind string, items []T, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range nss.Items {
-		add("Namespace", &nss.Items[i])
+	for i := range items {
+		m := PT(&items[i])
+		versions[kind+" "+m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
 	}
-	for _, ns := range namespaces {
-		cms, err := kube.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range cms.Items {
-			add("ConfigMap", &cms.Items[i])
-		}
-		secrets, err := kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range secrets.Items {
-			add("Secret", &secrets.Items[i])
-		}
-		sas, err := kube.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range sas.Items {
-			add("ServiceAccount", &sas.Items[i])
-		}
-		rbs, err := kube.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range rbs.Items {
-			add("RoleBinding", &rbs.Items[i])
-		}
-		quotas, err := kube.CoreV1().ResourceQuotas(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range quotas.Items {
-			add("ResourceQuota", &quotas.Items[i])
-		}
-	}
-	return out
 }
 
 // changed lists the objects of after that are new or other than in before.
