@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -124,7 +125,7 @@ func comment(s string) string {
 // what the API server keeps.
 func printable(obj runtime.Object) runtime.Object {
 	obj = obj.DeepCopyObject()
-	if m, err := meta(obj); err == nil {
+	if m, err := meta.Accessor(obj); err == nil {
 		m.SetResourceVersion("")
 		m.SetUID("")
 		m.SetManagedFields(nil)
@@ -137,14 +138,6 @@ func printable(obj runtime.Object) runtime.Object {
 		o.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
 	}
 	return obj
-}
-
-func meta(obj runtime.Object) (metav1.Object, error) {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T has no metadata", obj)
-	}
-	return m, nil
 }
 
 // printObjects writes objs as a YAML stream or a JSON List.
