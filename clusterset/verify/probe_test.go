@@ -9,15 +9,23 @@ import (
 	"time"
 )
 
-func TestCheckReachesTheProbeOfTheRightCluster(t *testing.T) {
+// serveProbe runs the probe of east on loopback until the test ends and
+// returns its port.
+func serveProbe(t *testing.T) int {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = Serve(ctx, ln, "east probe") }()
-	target := "localhost:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestCheckReachesTheProbeOfTheRightCluster(t *testing.T) {
+	ctx := context.Background()
+	target := "localhost:" + strconv.Itoa(serveProbe(t))
 
 	// A port nothing listens on.
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -40,15 +48,8 @@ func TestCheckReachesTheProbeOfTheRightCluster(t *testing.T) {
 }
 
 func TestCheckTellsAProbeOfAnotherCluster(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = Serve(ctx, ln, "east probe") }()
-	target := ln.Addr().String()
-	checkCtx, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	target := "127.0.0.1:" + strconv.Itoa(serveProbe(t))
+	checkCtx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer stop()
 	r := Check(checkCtx, []string{target}, map[string]string{target: "west"}, 50*time.Millisecond)[0]
 	if r.OK() || !strings.Contains(r.Error, `reached "east probe", not the probe of west`) {
