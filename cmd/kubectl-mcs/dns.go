@@ -97,24 +97,27 @@ func memberDNS(ctx context.Context, member, brokerKube kubernetes.Interface, bro
 
 // manualDNS prints the changes of plan to make by hand, as comments and
 // the ConfigMaps to apply, and returns an error saying so when there are
-// some.
-func manualDNS(w io.Writer, plan dnsconfig.Plan, command string) error {
-	manual := plan.Manual()
-	if len(manual) == 0 {
-		return nil
-	}
-	for _, c := range manual {
-		fmt.Fprintf(w, "%s\n%s\n", comment("By hand: "+c.Manual+"."), comment("The change: "+c.What))
-		if c.After != nil {
-			data, err := yaml.Marshal(printable(c.After))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "%s", data)
+// some. What has no ConfigMap to apply (no cluster DNS found) is a
+// warning on errOut: there is nothing join could have changed.
+func manualDNS(out, errOut io.Writer, plan dnsconfig.Plan, command string) error {
+	n := 0
+	for _, c := range plan.Manual() {
+		if c.After == nil {
+			fmt.Fprintf(errOut, "warning: %s; %s\n", c.Manual, c.What)
+			continue
 		}
-		fmt.Fprintln(w, "---")
+		n++
+		fmt.Fprintf(out, "%s\n%s\n", comment("By hand: "+c.Manual+"."), comment("The change: "+c.What))
+		data, err := yaml.Marshal(printable(c.After))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s---\n", data)
 	}
-	return fmt.Errorf("the cluster DNS needs %d change(s) made by hand, printed above; make them, then run %s again with --dns=%s", len(manual), command, dnsSkip)
+	if n > 0 {
+		return fmt.Errorf("the cluster DNS needs %d change(s) made by hand, printed above; make them, then run %s again with --dns=%s", n, command, dnsSkip)
+	}
+	return nil
 }
 
 func comment(s string) string {

@@ -58,7 +58,8 @@ cluster DNS as its cluster domain does. Where the platform reconciles the
 Corefile (label addonmanager.kubernetes.io/mode=Reconcile) or the DNS is
 kube-dns, it prints the exact change and fails: make it, then run join
 again with --dns=skip. Before mcsd is installed, join leaves the DNS: run it
-again afterwards.
+again afterwards. Where it finds no cluster DNS it knows, it warns and says
+what to forward.
 
 The cluster ID is --cluster-id, else the member's ClusterProperty
 cluster.clusterset.k8s.io, else the UID of its kube-system namespace: what
@@ -206,7 +207,7 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 	if o.output == "" {
 		fmt.Fprintf(g.streams.Out, "cluster %s joined the broker as %s/%s\n", res.ClusterID, o.brokerNamespace, broker.ServiceAccountName(res.ClusterID))
 	}
-	return manualDNS(g.streams.Out, plan, "join")
+	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "join")
 }
 
 // clientsOf are clients of the member and the broker.
@@ -321,5 +322,5 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 		}
 	}
 	fmt.Fprintf(g.streams.Out, "cluster %s left the broker\n", id)
-	return manualDNS(g.streams.Out, plan, "leave")
+	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "leave")
 }

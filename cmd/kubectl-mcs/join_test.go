@@ -206,6 +206,21 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		}
 		mcs.must(ctx, append(join, "--dns=skip")...)
 	})
+
+	t.Run("no cluster DNS: join warns, says what to forward, and succeeds", func(t *testing.T) {
+		for _, name := range []string{dnsconfig.CoreDNS, dnsconfig.NodeLocalDNS} {
+			if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, errOut, err := mcs.run(ctx, join...)
+		if err != nil {
+			t.Fatalf("join without a cluster DNS: %v\n%s%s", err, out, errOut)
+		}
+		if !strings.Contains(errOut, "warning: no cluster DNS found") || !strings.Contains(errOut, "forward . "+svc.Spec.ClusterIP) {
+			t.Fatalf("join warned:\n%s", errOut)
+		}
+	})
 }
 
 // dnsService creates mcsd's DNS Service of manifests/mcsd in c.
