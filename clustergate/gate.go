@@ -29,18 +29,25 @@ type Observer interface {
 
 // Defaults of Config.
 const (
-	DefaultRenewInterval = 5 * time.Second
-	DefaultPeerTTL       = 30 * time.Second
-	DefaultMinWrite      = 50 * time.Millisecond
-	DefaultMaxPending    = 1000
+	DefaultMinWrite   = 50 * time.Millisecond
+	DefaultMaxPending = 1000
+	// DefaultPeerPods selects the node agents of manifests/mcsd.
+	DefaultPeerPods = "app.kubernetes.io/name=mcsd,app.kubernetes.io/component=node-agent"
 )
 
 // Config says whose data plane the gate reports on and whom it tells.
 type Config struct {
-	// Client writes this node's report and watches every node's.
+	// Client writes this node's report and watches every node's, and the
+	// node agents' pods.
 	Client kubernetes.Interface
-	// Namespace holds the report Leases (mcsd's own).
+	// Namespace holds the report Leases and the node agents' pods (mcsd's
+	// own).
 	Namespace string
+	// PeerPods is the label selector of the node agents' pods in
+	// Namespace: a node's report counts while a pod of it on that node is
+	// Ready. The kubelet says whether a peer is alive, so no node renews
+	// its report to say so.
+	PeerPods string
 	// NodeName is this node's name; it names the node's report.
 	NodeName string
 	// Families are the IP families the proxier programs; ClusterSetIPs of
@@ -52,10 +59,6 @@ type Config struct {
 	// Imports is the informer of the local cluster's ServiceImports that
 	// the proxier is fed from; the gate adds its handler to it.
 	Imports cache.SharedIndexInformer
-	// RenewInterval is how often an unchanged report is written again,
-	// to say the node is alive; PeerTTL is how long a node's report counts
-	// after the last change or renewal this node saw of it.
-	RenewInterval, PeerTTL time.Duration
 	// MinWrite is the least time between two writes of the report: a
 	// burst of syncs costs one write.
 	MinWrite time.Duration
@@ -72,6 +75,7 @@ type Config struct {
 type Gate struct {
 	cfg     Config
 	leases  informers.SharedInformerFactory
+	pods    informers.SharedInformerFactory
 	publish chan struct{}
 	// importsSynced says the gate has seen every ServiceImport of the
 	// informer's initial list.
@@ -97,7 +101,10 @@ type Gate struct {
 	// it carries itself, as without this gate.
 	orderless bool
 
+	// peers are the other nodes' reports by Lease name; readyPods are the
+	// Ready node-agent pods by node.
 	peers       map[string]*peer
+	readyPods   map[string]map[string]bool
 	peersSynced bool
 
 	// released is what Downstream was told may be handed out; told are the
@@ -111,13 +118,12 @@ type importEntry struct {
 	vips []netip.Addr
 }
 
-// peer is another node's report, and when this node last saw it change or
-// renew.
+// peer is another node's report.
 type peer struct {
+	node   string
 	report Report
 	// pending is report.Pending as a set.
 	pending map[netip.Addr]bool
-	seen    time.Time
 }
 
 // New returns a gate; Run starts it. Hand the gate to the proxier as its
@@ -126,11 +132,11 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Imports == nil {
 		return nil, fmt.Errorf("clustergate: a client, a namespace, the node's name and the ServiceImport informer are required")
 	}
-	if cfg.RenewInterval <= 0 {
-		cfg.RenewInterval = DefaultRenewInterval
+	if cfg.PeerPods == "" {
+		cfg.PeerPods = DefaultPeerPods
 	}
-	if cfg.PeerTTL <= 0 {
-		cfg.PeerTTL = DefaultPeerTTL
+	if _, err := labels.Parse(cfg.PeerPods); err != nil {
+		return nil, fmt.Errorf("clustergate: the node agents' pod selector %q: %w", cfg.PeerPods, err)
 	}
 	if cfg.MinWrite <= 0 {
 		cfg.MinWrite = DefaultMinWrite
@@ -145,15 +151,16 @@ func New(cfg Config) (*Gate, error) {
 		cfg.Logger = klog.Background().WithName("clustergate")
 	}
 	g := &Gate{
-		cfg:      cfg,
-		publish:  make(chan struct{}, 1),
-		reported: map[bool]bool{},
-		carried:  map[netip.Addr]bool{},
-		imports:  map[string]importEntry{},
-		owners:   map[netip.Addr]map[string]string{},
-		peers:    map[string]*peer{},
-		released: map[netip.Addr]bool{},
-		told:     map[bool]bool{},
+		cfg:       cfg,
+		publish:   make(chan struct{}, 1),
+		reported:  map[bool]bool{},
+		carried:   map[netip.Addr]bool{},
+		imports:   map[string]importEntry{},
+		owners:    map[netip.Addr]map[string]string{},
+		peers:     map[string]*peer{},
+		readyPods: map[string]map[string]bool{},
+		released:  map[netip.Addr]bool{},
+		told:      map[bool]bool{},
 	}
 	g.leases = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithNamespace(cfg.Namespace),
@@ -164,6 +171,17 @@ func New(cfg Config) (*Gate, error) {
 		AddFunc:    func(obj any) { g.setPeer(obj) },
 		UpdateFunc: func(_, obj any) { g.setPeer(obj) },
 		DeleteFunc: g.deletePeer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.pods = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.PeerPods }))
+	_, err = g.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { g.setPod(obj) },
+		UpdateFunc: func(_, obj any) { g.setPod(obj) },
+		DeleteFunc: g.deletePod,
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +303,7 @@ func (g *Gate) setPeer(obj any) {
 		return
 	}
 	r := reportOf(l)
-	p := &peer{report: r, pending: map[netip.Addr]bool{}, seen: g.cfg.Clock.Now()}
+	p := &peer{node: *l.Spec.HolderIdentity, report: r, pending: map[netip.Addr]bool{}}
 	for _, a := range r.Pending {
 		p.pending[a] = true
 	}
@@ -304,6 +322,58 @@ func (g *Gate) deletePeer(obj any) {
 	delete(g.peers, l.Name)
 	g.mu.Unlock()
 	g.changed()
+}
+
+// setPod notes whether a node agent's pod is Ready on its node.
+func (g *Gate) setPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return
+	}
+	g.mu.Lock()
+	if podReady(pod) {
+		if g.readyPods[pod.Spec.NodeName] == nil {
+			g.readyPods[pod.Spec.NodeName] = map[string]bool{}
+		}
+		g.readyPods[pod.Spec.NodeName][pod.Name] = true
+	} else {
+		g.forgetPod(pod)
+	}
+	g.mu.Unlock()
+	g.changed()
+}
+
+func (g *Gate) deletePod(obj any) {
+	pod, ok := deleted[*corev1.Pod](obj)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	g.forgetPod(pod)
+	g.mu.Unlock()
+	g.changed()
+}
+
+// forgetPod drops a pod from the Ready ones. g.mu must be held.
+func (g *Gate) forgetPod(pod *corev1.Pod) {
+	delete(g.readyPods[pod.Spec.NodeName], pod.Name)
+	if len(g.readyPods[pod.Spec.NodeName]) == 0 {
+		delete(g.readyPods, pod.Spec.NodeName)
+	}
+}
+
+// podReady says whether a pod is Ready and not on its way out: a deleted
+// pod's node agent is stopping, and a new one reports anew.
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // deleted is the object of an informer's delete event, which may come
@@ -356,10 +426,9 @@ func (g *Gate) evaluate() {
 		g.mu.Unlock()
 		return
 	}
-	now := g.cfg.Clock.Now()
 	var live []*peer
 	for _, p := range g.peers {
-		if now.Sub(p.seen) < g.cfg.PeerTTL {
+		if len(g.readyPods[p.node]) > 0 {
 			live = append(live, p)
 		}
 	}
@@ -467,11 +536,13 @@ func (g *Gate) ready() bool {
 	return true
 }
 
-// Run watches the other nodes' reports and writes this node's until ctx
-// ends. Downstream hears nothing before the reports are listed.
+// Run watches the other nodes' reports and pods and writes this node's
+// report, each time it changes, until ctx ends. Downstream hears nothing
+// before the reports and pods are listed.
 func (g *Gate) Run(ctx context.Context) {
 	g.leases.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), g.leases.Coordination().V1().Leases().Informer().HasSynced, g.importsSynced) {
+	g.pods.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), g.leases.Coordination().V1().Leases().Informer().HasSynced, g.pods.Core().V1().Pods().Informer().HasSynced, g.importsSynced) {
 		return
 	}
 	g.mu.Lock()
@@ -479,16 +550,11 @@ func (g *Gate) Run(ctx context.Context) {
 	g.mu.Unlock()
 	g.evaluate()
 	w := newWriter(g)
-	tick := g.cfg.Clock.NewTicker(g.cfg.RenewInterval)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-g.publish:
-		case <-tick.C():
-			// A peer whose report went stale no longer holds anything back.
-			g.evaluate()
 		}
 		if !g.ready() {
 			continue

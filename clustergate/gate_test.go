@@ -99,9 +99,11 @@ func (w *world) importOf(name, rv string, ips ...string) {
 	})
 }
 
-// peer writes another node's report, as its gate would.
+// peer writes another node's report, as its gate would, and makes its
+// node agent's pod Ready.
 func (w *world) peer(node, through string, pending ...string) {
 	w.t.Helper()
+	w.podOn(node, true)
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName(node), Labels: map[string]string{LabelComponent: ComponentNodeReport}},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node)},
@@ -117,6 +119,32 @@ func (w *world) peer(node, through string, pending ...string) {
 			w.t.Fatal(err)
 		}
 	}
+}
+
+// podOn makes the node agent's pod on node Ready or not, as the kubelet
+// reports it.
+func (w *world) podOn(node string, ready bool) {
+	w.t.Helper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mcsd-node-agent-" + node, Labels: map[string]string{"app.kubernetes.io/name": "mcsd", "app.kubernetes.io/component": "node-agent"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+	pods := w.client.CoreV1().Pods(ns)
+	if _, err := pods.Update(w.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		if _, err := pods.Create(w.ctx, pod, metav1.CreateOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	w.await("the gate sees the pod on "+node, func() bool {
+		w.gate.mu.Lock()
+		defer w.gate.mu.Unlock()
+		return (len(w.gate.readyPods[node]) > 0) == ready
+	})
 }
 
 func (w *world) await(what string, cond func() bool) {
@@ -187,15 +215,68 @@ func TestAClusterSetIPWaitsForEveryNodeToCarryIt(t *testing.T) {
 	w.await("taken back once this node no longer carries it", func() bool { return !w.dns.hands(vip) })
 }
 
-func TestAStalePeerHoldsNothingBack(t *testing.T) {
+// A peer counts while its node agent's pod is Ready: once the kubelet (or
+// the node lifecycle controller, for a dead node) says it is not, its
+// report holds nothing back, however long ago it was written.
+func TestAPeerWhosePodIsNotReadyHoldsNothingBack(t *testing.T) {
 	w := start(t)
 	w.peer("node-b", "1")
 	w.await("the peer's report seen", func() bool { w.gate.mu.Lock(); defer w.gate.mu.Unlock(); return len(w.gate.peers) == 1 })
 	w.importOf("web", "10", vip.String())
 	carried(w, vip.String())
-	w.holds(vip, "node-b's fresh report is behind")
-	w.clock.Step(DefaultPeerTTL + time.Second)
-	w.await("handed out once node-b's report is older than the TTL", func() bool { return w.dns.hands(vip) })
+	w.holds(vip, "node-b's report is behind and its pod is Ready")
+	w.podOn("node-b", false)
+	w.await("handed out once node-b's pod is not Ready", func() bool { return w.dns.hands(vip) })
+}
+
+// A report without a Ready pod on its node (a node gone for good, or a
+// report written by something else than a node agent) counts for nothing.
+func TestAReportWithoutAReadyPodCountsForNothing(t *testing.T) {
+	w := start(t)
+	w.peer("node-b", "1")
+	w.podOn("node-b", false)
+	w.importOf("web", "10", vip.String())
+	carried(w, vip.String())
+	w.await("handed out: node-b has no Ready pod", func() bool { return w.dns.hands(vip) })
+}
+
+// An unchanged report is never written again: whether the node is alive
+// is its pod's readiness, not a renewal.
+func TestAnUnchangedReportIsNotWrittenAgain(t *testing.T) {
+	w := start(t)
+	w.importOf("web", "10", vip.String())
+	carried(w, vip.String())
+	w.await("the report written", func() bool {
+		l, err := w.client.CoordinationV1().Leases(ns).Get(w.ctx, LeaseName("node-a"), metav1.GetOptions{})
+		return err == nil && reportOf(l).Through == "10" && len(reportOf(l).Pending) == 0
+	})
+	writes := func() int {
+		n := 0
+		for _, a := range w.client.Actions() {
+			if a.GetResource().Resource == "leases" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+				n++
+			}
+		}
+		return n
+	}
+	before := writes()
+	// Changes that leave the report as it was: a peer's pod, the same
+	// ClusterSetIP reported carried again, and time passing.
+	w.podOn("node-c", true)
+	carried(w, vip.String())
+	for range 10 {
+		w.clock.Step(time.Minute)
+	}
+	// The gate's loop ran for those changes: a new import is written.
+	w.importOf("api", "11")
+	w.await("the next report written", func() bool {
+		w.clock.Step(DefaultMinWrite)
+		l, err := w.client.CoordinationV1().Leases(ns).Get(w.ctx, LeaseName("node-a"), metav1.GetOptions{})
+		return err == nil && reportOf(l).Through == "11"
+	})
+	if got := writes() - before; got != 1 {
+		t.Fatalf("%d writes of the report for one change, want 1", got)
+	}
 }
 
 func TestThisNodesReportListsWhatItDoesNotCarryYet(t *testing.T) {

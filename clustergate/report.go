@@ -5,18 +5,22 @@
 // whose endpoints are every node's mcsd: the answering node is usually not
 // the client's).
 //
-// Every node publishes a report in a Lease of its own (one write per burst
-// of changes, and a renewal every few seconds): the resourceVersion of the
-// newest ServiceImport its data plane has seen (Through), and the
+// Every node publishes a report in a Lease of its own, written only when
+// the report changes (one write per burst of changes): the resourceVersion
+// of the newest ServiceImport its data plane has seen (Through), and the
 // ClusterSetIPs of the ServiceImports it has seen that its proxier does not
 // carry yet (Pending). Since a node sees ServiceImports in resourceVersion
 // order, every ClusterSetIP of a ServiceImport at or below Through is either
 // carried by that node or listed in Pending. A node's DNS hands out a
 // ClusterSetIP it carries once every live node's report has Through at or
 // above the resourceVersion of the ServiceImport that lists it and does not
-// list it as Pending; a node whose report was not renewed for the peer TTL
-// no longer counts. Once handed out, a ClusterSetIP stays handed out while
-// this node carries it.
+// list it as Pending. A node is live while its node agent's pod is Ready
+// there: the kubelet already says so, so nothing is renewed to say it
+// again, and a node whose pod is gone or not Ready holds nothing back.
+//
+// A node agent may write only its own node's report: the admission policy
+// shipped in manifests/mcsd compares the Lease's name and holder with the
+// node name the API server puts in the pod-bound token of the writer.
 //
 // It sits between the proxier (whose VIPObserver it is) and the DNS index
 // (which it tells what it releases, in the same shape); it never reads or
@@ -35,7 +39,8 @@ import (
 )
 
 // The report's Lease: one per node, in mcsd's namespace, named for the
-// node, labelled so that every node lists them all.
+// node (LeaseName), held by it (spec.holderIdentity is the node's name),
+// labelled so that every node lists them all.
 const (
 	// LabelComponent is set to ComponentNodeReport on every report Lease.
 	LabelComponent      = "mcsd.io/component"

@@ -3,7 +3,6 @@ package clustergate
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,14 +10,13 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// writer keeps this node's report Lease: written when the report changes,
-// renewed when it has not for RenewInterval, from the Lease it last wrote
-// (a read only after a conflict).
+// writer keeps this node's report Lease: written when the report changes
+// and never else (whether the node is alive is its pod's readiness), from
+// the Lease it last wrote (a read only after a conflict).
 type writer struct {
 	g     *Gate
 	lease *coordinationv1.Lease
 	last  Report
-	wrote time.Time
 }
 
 func newWriter(g *Gate) *writer { return &writer{g: g} }
@@ -26,7 +24,7 @@ func newWriter(g *Gate) *writer { return &writer{g: g} }
 func (w *writer) write(ctx context.Context, r Report) error {
 	cfg := w.g.cfg
 	now := cfg.Clock.Now()
-	if w.lease != nil && r.equal(w.last) && now.Sub(w.wrote) < cfg.RenewInterval {
+	if w.lease != nil && r.equal(w.last) {
 		return nil
 	}
 	leases := cfg.Client.CoordinationV1().Leases(cfg.Namespace)
@@ -50,7 +48,8 @@ func (w *writer) write(ctx context.Context, r Report) error {
 		}
 		next.Labels[LabelComponent] = ComponentNodeReport
 		next.Spec.HolderIdentity = ptr.To(cfg.NodeName)
-		next.Spec.LeaseDurationSeconds = ptr.To(int32(cfg.PeerTTL / time.Second))
+		// Not a lease that expires: the report holds until it changes.
+		next.Spec.LeaseDurationSeconds = nil
 		next.Spec.RenewTime = &metav1.MicroTime{Time: now}
 		r.annotate(next)
 		var err error
@@ -61,7 +60,7 @@ func (w *writer) write(ctx context.Context, r Report) error {
 			stored, err = leases.Update(ctx, next, metav1.UpdateOptions{})
 		}
 		if err == nil {
-			w.lease, w.last, w.wrote = stored, r, now
+			w.lease, w.last = stored, r
 			return nil
 		}
 		w.lease = nil

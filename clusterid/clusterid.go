@@ -8,10 +8,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -85,6 +87,30 @@ func (r *Resolver) Resolve(ctx context.Context, flagValue string) (string, error
 	}
 	klog.InfoS("Recorded cluster ID", "clusterID", id, "property", aboutv1beta1.ClusterIDName)
 	return id, nil
+}
+
+// Await returns the cluster ID another process records (mcsd's controller,
+// through Resolve), waiting for it until ctx ends: for a reader that may
+// not write the property. A flag value must agree with it, as for Resolve.
+func (r *Resolver) Await(ctx context.Context, flagValue string) (string, error) {
+	if flagValue != "" {
+		if err := Validate(flagValue); err != nil {
+			return "", fmt.Errorf("--cluster-id: %w", err)
+		}
+	}
+	var existing *aboutv1beta1.ClusterProperty
+	var last error
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		existing, last = r.props.get(ctx, aboutv1beta1.ClusterIDName)
+		return existing != nil, nil
+	})
+	if err != nil {
+		if last == nil {
+			last = fmt.Errorf("it does not exist")
+		}
+		return "", fmt.Errorf("waiting for ClusterProperty %s, which mcsd's controller records: %w (is the controller running?)", aboutv1beta1.ClusterIDName, last)
+	}
+	return checkExisting(existing.Spec.Value, flagValue)
 }
 
 func checkExisting(recorded, flagValue string) (string, error) {

@@ -59,6 +59,34 @@ func TestClusterIDRulesOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Run("a reader waits for the property another records, and records nothing", func(t *testing.T) {
+		reset(t)
+		short, cancelShort := context.WithTimeout(ctx, 1500*time.Millisecond)
+		_, err := r.Await(short, "")
+		cancelShort()
+		if err == nil || !strings.Contains(err.Error(), "controller") {
+			t.Fatalf("Await with no property: %v, want an error naming the controller", err)
+		}
+		if _, ok := property(t, aboutv1beta1.ClusterIDName); ok {
+			t.Fatal("Await recorded a cluster ID")
+		}
+		got := make(chan string, 1)
+		go func() {
+			id, err := r.Await(ctx, "")
+			if err != nil {
+				id = err.Error()
+			}
+			got <- id
+		}()
+		setProperty(t, "east-1")
+		if id := <-got; id != "east-1" {
+			t.Fatalf("Await = %q, want the recorded east-1", id)
+		}
+		if _, err := r.Await(ctx, "west-2"); err == nil || !strings.Contains(err.Error(), "disagrees") {
+			t.Fatalf("Await with a disagreeing flag: %v", err)
+		}
+	})
+
 	t.Run("absent property and no flag: the kube-system UID is used and recorded", func(t *testing.T) {
 		reset(t)
 		id, err := r.Resolve(ctx, "")

@@ -10,16 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The mcsd DaemonSet as manifests/mcsd ships it: its namespace, the label
-// of its pods, and the container ports of its health and metrics servers.
+// The node agents as manifests/mcsd ships them: their namespace, the label
+// of their pods, and the container port of their health server (their
+// /metrics listens on the node's loopback only).
 const (
 	mcsdNamespace = "mcsd-system"
-	mcsdSelector  = "app.kubernetes.io/name=mcsd"
+	mcsdSelector  = "app.kubernetes.io/name=mcsd,app.kubernetes.io/component=node-agent"
 	healthPort    = "health"
-	metricsPort   = "metrics"
-	// syncedMetric is when the proxier last committed its rules: present
-	// and non-zero once the node's table exists and holds mcsd's rules.
-	syncedMetric = "mcsd_proxier_sync_proxy_rules_last_timestamp_seconds"
+	// programmedCheck is the readiness check that passes once the
+	// proxier has committed its rules to the node.
+	programmedCheck = "proxier-programmed"
 )
 
 // fetchFunc GETs path from a pod's named port through the API server's pod
@@ -43,8 +43,8 @@ func (r *run) proxyFetch(ctx context.Context, pod *corev1.Pod, port, path string
 	return r.kube.CoreV1().Pods(pod.Namespace).ProxyGet("http", pod.Name, number, path, params).DoRaw(ctx)
 }
 
-// pods checks every mcsd pod of the cluster: ready, and its proxier has
-// programmed the node (through its own health and metrics, not by exec).
+// pods checks every node agent of the cluster: ready, and its proxier has
+// programmed the node (through its own /readyz, not by exec).
 func (r *run) pods(ctx context.Context) {
 	const name = "mcsd pods"
 	pods, err := r.kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector})
@@ -84,35 +84,28 @@ func podProblem(ctx context.Context, pod *corev1.Pod, fetch fetchFunc) string {
 			ready = true
 		}
 	}
-	if !ready {
-		body, err := fetch(ctx, pod, healthPort, "/readyz?verbose")
-		if err != nil {
+	body, err := fetch(ctx, pod, healthPort, "/readyz?verbose")
+	if err != nil {
+		if !ready {
 			return "not ready, and its /readyz cannot be read: " + err.Error()
 		}
-		var failing []string
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "[-]") {
-				failing = append(failing, strings.TrimPrefix(line, "[-]"))
-			}
+		return "its /readyz cannot be read: " + err.Error()
+	}
+	var failing []string
+	programmed := false
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "[-]") {
+			failing = append(failing, strings.TrimPrefix(line, "[-]"))
 		}
+		if strings.HasPrefix(line, "[+]"+programmedCheck+" ") {
+			programmed = true
+		}
+	}
+	if !ready {
 		return "not ready: " + strings.Join(failing, ", ")
 	}
-	body, err := fetch(ctx, pod, metricsPort, "/metrics")
-	if err != nil {
-		return "its /metrics cannot be read: " + err.Error()
-	}
-	synced := false
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, syncedMetric+"{") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil && v > 0 {
-			synced = true
-		}
-	}
-	if !synced {
-		return "its proxier has not programmed the node (" + syncedMetric + " is absent or 0)"
+	if !programmed {
+		return "its proxier has not programmed the node (no passing " + programmedCheck + " check in its /readyz?verbose)"
 	}
 	return ""
 }

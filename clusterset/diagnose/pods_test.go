@@ -17,14 +17,14 @@ func mcsdPod(name string, ready bool) *corev1.Pod {
 		status = corev1.ConditionTrue
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: mcsdNamespace, Name: name, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: mcsdNamespace, Name: name, Labels: map[string]string{"app.kubernetes.io/name": "mcsd", "app.kubernetes.io/component": "node-agent"}},
 		Spec:       corev1.PodSpec{NodeName: "node-" + name},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
 	}
 }
 
 func TestPodsCheckReadinessAndProgrammedRules(t *testing.T) {
-	synced := "# HELP x\n" + syncedMetric + `{ip_family="IPv4"} 1.7e+09` + "\n"
+	synced := "[+]ping ok\n[+]" + programmedCheck + " ok\nreadyz check passed"
 	for _, tc := range []struct {
 		name   string
 		pods   []*corev1.Pod
@@ -34,14 +34,14 @@ func TestPodsCheckReadinessAndProgrammedRules(t *testing.T) {
 	}{
 		{name: "no mcsd pods", result: Skip},
 		{name: "ready pods whose proxier synced", pods: []*corev1.Pod{mcsdPod("a", true), mcsdPod("b", true)},
-			pages: map[string]string{"a metrics /metrics": synced, "b metrics /metrics": synced}, result: Pass, detail: "2 pods"},
+			pages: map[string]string{"a health /readyz?verbose": synced, "b health /readyz?verbose": synced}, result: Pass, detail: "2 pods"},
 		{name: "a pod not ready says which check fails", pods: []*corev1.Pod{mcsdPod("a", false)},
 			pages:  map[string]string{"a health /readyz?verbose": "[+]ping ok\n[-]proxier-synced failed: reason withheld\nreadyz check failed"},
 			result: Fail, detail: "proxier-synced"},
 		{name: "a ready pod whose proxier never synced", pods: []*corev1.Pod{mcsdPod("a", true)},
-			pages:  map[string]string{"a metrics /metrics": syncedMetric + `{ip_family="IPv4"} 0` + "\n"},
+			pages:  map[string]string{"a health /readyz?verbose": "[+]ping ok\nreadyz check passed"},
 			result: Fail, detail: "has not programmed the node"},
-		{name: "a pod whose metrics cannot be read", pods: []*corev1.Pod{mcsdPod("a", true)}, result: Fail, detail: "cannot be read"},
+		{name: "a pod whose readiness cannot be read", pods: []*corev1.Pod{mcsdPod("a", true)}, result: Fail, detail: "cannot be read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset()

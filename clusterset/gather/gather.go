@@ -88,6 +88,7 @@ func Write(ctx context.Context, w io.Writer, member *rest.Config, opts Options) 
 	}
 	ns := opts.Namespace
 	a.add("member/"+ns+"/daemonsets.yaml", func() (any, error) { return kube.AppsV1().DaemonSets(ns).List(ctx, all) })
+	a.add("member/"+ns+"/deployments.yaml", func() (any, error) { return kube.AppsV1().Deployments(ns).List(ctx, all) })
 	a.add("member/"+ns+"/pods.yaml", func() (any, error) { return kube.CoreV1().Pods(ns).List(ctx, all) })
 	a.add("member/"+ns+"/services.yaml", func() (any, error) { return kube.CoreV1().Services(ns).List(ctx, all) })
 	a.add("member/"+ns+"/leases.yaml", func() (any, error) { return kube.CoordinationV1().Leases(ns).List(ctx, all) })

@@ -32,7 +32,7 @@ import (
 )
 
 // The Secret in the member cluster that holds the member's broker
-// kubeconfig, as the DaemonSet's --broker-secret names it.
+// kubeconfig, as the controller's --broker-secret names it.
 const (
 	SecretNamespace = "mcsd-system"
 	SecretName      = "mcsd-broker"

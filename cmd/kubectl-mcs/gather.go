@@ -23,7 +23,7 @@ func newGatherCmd(g *globals) *cobra.Command {
 		Short: "Collect a member's MCS objects, mcsd's logs and its broker records into a tar.gz",
 		Long: `Collect, for a report about the member cluster of --context, a tar.gz of:
 its ServiceExports, ServiceImports, MCS EndpointSlices, ClusterProperties and
-MCS CRDs; mcsd's DaemonSet, pods, Services, Leases, ConfigMaps and events,
+MCS CRDs; mcsd's DaemonSet and Deployment, pods, Services, Leases, ConfigMaps and events,
 and the logs of its pods; CoreDNS's ConfigMap; and, read with the member's
 own broker credentials, this cluster's records on the broker (export
 records, EndpointSlices, Lease, claims, declaration) and the clusterset's

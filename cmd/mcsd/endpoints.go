@@ -111,6 +111,15 @@ func (dp *nodeAgent) readyChecks() []healthz.HealthChecker {
 			}
 			return nil
 		}))
+		// kubectl mcs diagnose reads this one through the API server's pod
+		// proxy: the node holds mcsd's rules (the metrics, which say the
+		// same, are on the node's loopback).
+		checks = append(checks, healthz.NamedCheck("proxier-programmed", func(*http.Request) error {
+			if _, last := dp.health.Healthy(); last.IsZero() {
+				return errors.New("proxier: no rules committed to the node yet")
+			}
+			return nil
+		}))
 	}
 	return checks
 }

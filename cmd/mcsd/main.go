@@ -1,8 +1,12 @@
-// Command mcsd is the Multi-Cluster Services node daemon. Every replica
-// serves the clusterset DNS zone and programs the ClusterSetIP data plane
-// (nftables); one elected replica per cluster also exports this cluster's
-// ServiceExports to the broker, imports every cluster's services as
-// ServiceImports and MCS EndpointSlices, and renews the cluster's heartbeat.
+// Command mcsd is the Multi-Cluster Services daemon, in two roles
+// (--components): the node agent, on every node, serves the clusterset DNS
+// zone and programs the ClusterSetIP data plane (nftables); the controller,
+// one elected replica per cluster, exports this cluster's ServiceExports to
+// the broker, imports every cluster's services as ServiceImports and MCS
+// EndpointSlices, and renews the cluster's heartbeat. manifests/mcsd runs
+// them as a DaemonSet and a Deployment with their own identities; by
+// default one process plays both. `mcsd --cleanup` removes the data plane's
+// rules from a node.
 //
 // Run `mcsd --help` for the flags.
 package main
@@ -48,6 +52,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mcsd: unexpected arguments %q; every setting is a flag (see --help)\n", fs.Args())
 		os.Exit(2)
 	}
+	if o.cleanup {
+		// Only --netns counts: the node may have no cluster to talk to.
+		if err := cleanup(o); err != nil {
+			fmt.Fprintf(os.Stderr, "mcsd --cleanup: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if err := o.complete(raw); err != nil {
 		fmt.Fprintf(os.Stderr, "mcsd: invalid flags:\n%v\n", err)
 		os.Exit(2)
@@ -68,7 +80,7 @@ func main() {
 
 // printUsage prints what mcsd is and its flags, group by group.
 func printUsage(w io.Writer, nfs cliflag.NamedFlagSets) {
-	fmt.Fprintf(w, "Usage: mcsd [flags]\n\nThe Multi-Cluster Services node daemon: exporter, importer, clusterset DNS and ClusterSetIP proxier.\n")
+	fmt.Fprintf(w, "Usage: mcsd [flags]\n\nThe Multi-Cluster Services daemon: exporter and importer (the controller, --components=exporter,importer), clusterset DNS and ClusterSetIP proxier (the node agent, --components=dns,proxier).\n")
 	cols := 0 // no wrapping, unless w is a terminal
 	if f, ok := w.(*os.File); ok {
 		if width, _, err := term.GetSize(int(f.Fd())); err == nil {
@@ -90,13 +102,29 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("local cluster clients: %w", err)
 	}
 	resolveCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	clusterID, err := clusterid.NewResolver(local.kube, local.dynamic).Resolve(resolveCtx, o.clusterID)
+	resolver := clusterid.NewResolver(local.kube, local.dynamic)
+	var clusterID string
+	if o.runsControllers() {
+		clusterID, err = resolver.Resolve(resolveCtx, o.clusterID)
+	} else {
+		// The node agent writes nothing cluster-wide: the controller
+		// records the ID, the node agent reads it.
+		clusterID, err = resolver.Await(resolveCtx, o.clusterID)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
 	}
+	if len(o.ipFamilies) == 0 {
+		familiesCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		o.ipFamilies, err = servedFamilies(familiesCtx, local.kube, kernelHasIPv6)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	build := version.Get()
-	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "apiServer", localCfg.Host)
+	logger.Info("Starting mcsd", "version", build.Version, "revision", build.Revision, "clusterID", clusterID, "components", o.components, "ipFamilies", o.ipFamilies, "apiServer", localCfg.Host)
 
 	var dp *nodeAgent
 	if o.runs(componentDNS) || o.runs(componentProxier) {

@@ -103,6 +103,7 @@ func newGate(o *options, local *clients, imports cache.SharedIndexInformer, inde
 	cfg := clustergate.Config{
 		Client:    c.kube,
 		Namespace: o.leaderElectNS,
+		PeerPods:  o.dnsGatePeers,
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
 		Imports:   imports,

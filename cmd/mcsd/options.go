@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -89,7 +90,10 @@ type options struct {
 	dnsTTL    time.Duration
 	// dnsGate says when DNS hands out a ClusterSetIP: once this node's
 	// proxier carries it (gateNode), or every node's (gateCluster).
-	dnsGate       string
+	dnsGate string
+	// dnsGatePeers selects the node agents' pods, whose readiness says
+	// which nodes' reports count.
+	dnsGatePeers  string
 	netns         string
 	nodeName      string
 	ipFamilies    []corev1.IPFamily
@@ -112,12 +116,25 @@ type options struct {
 
 	logs *logsapi.LoggingConfiguration
 
-	// help and version ask for a message instead of a run.
-	help, version bool
+	// help and version ask for a message instead of a run; cleanup for
+	// the removal of the proxier's rules.
+	help, version, cleanup bool
 }
 
 // givenRanges say which of the clusterset settings were given as flags.
 type givenRanges struct{ cidrs, blockBitsV4, blockBitsV6 bool }
+
+// The default ports, chosen clear of what commonly listens on a node's
+// addresses (the kubelet's 10248/10250/10255, kube-proxy's 10249/10256, the
+// control plane's 10257-10259, node-exporter's 9100, Prometheus' 9090,
+// Cockpit's 9090, Calico's 9091/9099/5473, Cilium's 4240/4244/9879/9890/
+// 9962-9965, NodeLocal DNSCache's 9253, Istio's 15000-15090, mDNS's 5353,
+// LLMNR's 5355): mcsd's node agent runs in the host's network namespace.
+const (
+	defaultDNSListen      = ":10271"
+	defaultHealthAddress  = ":10272"
+	defaultMetricsAddress = "127.0.0.1:10273"
+)
 
 // The values of --dns-gate.
 const (
@@ -178,6 +195,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 
 	general.BoolVarP(&o.help, "help", "h", false, "print the flags and exit")
 	general.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit")
+	general.BoolVar(&o.cleanup, "cleanup", false, "remove mcsd's nftables tables and iptables chains (both families, both modes) from the node, in --netns, and exit")
 	general.StringVar(&raw.components, "components", strings.Join(allComponents, ","), "comma-separated components to run: "+strings.Join(allComponents, ", "))
 	general.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 5*time.Second, "time components get to stop after SIGTERM")
 
@@ -212,15 +230,16 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	controllers.DurationVar(&o.goneClusterGrace, "gone-cluster-grace", liveness.DefaultGrace, "how long the records of a cluster whose Lease is dead (or absent) still decide the services' type, ports and ClusterSetIPs")
 	controllers.DurationVar(&o.controllerResync, "controller-resync-period", 10*time.Minute, "how often the exporter and importer re-check every service")
 
-	dnsFlags.StringVar(&o.dnsListen, "dns-listen", ":5353", "address the clusterset DNS server listens on, UDP and TCP")
+	dnsFlags.StringVar(&o.dnsListen, "dns-listen", defaultDNSListen, "address the clusterset DNS server listens on, UDP and TCP")
 	dnsFlags.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
 	dnsFlags.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
-	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+clustergate.LeaseName("<node>")+" in --leader-elect-namespace) or "+gateNode+" (once this node's proxier carries it)")
+	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+clustergate.LeaseName("<node>")+" in --leader-elect-namespace, written when it changes; a node counts while its node agent's pod, --dns-gate-peers, is Ready there) or "+gateNode+" (once this node's proxier carries it)")
+	dnsFlags.StringVar(&o.dnsGatePeers, "dns-gate-peers", clustergate.DefaultPeerPods, "label selector of the node agents' pods in --leader-elect-namespace, for --dns-gate="+gateCluster)
 	dnsFlags.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
 	proxierFlags.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
-	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "IPv4,IPv6", "IP families this cluster serves: the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported)")
+	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "", "IP families this cluster serves (IPv4, IPv6 or IPv4,IPv6): the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported); empty means those of the cluster's ServiceCIDR \""+defaultServiceCIDR+"\", less IPv6 on a host without it")
 	proxierFlags.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
 	proxierFlags.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	proxierFlags.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")
@@ -231,9 +250,9 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	proxierFlags.BoolVar(&o.preferLocal, "prefer-local-cluster", false, "prefer the local cluster's endpoints for every ClusterSetIP, as trafficDistribution PreferClose does")
 	proxierFlags.DurationVar(&o.healthTimeout, "proxier-healthz-timeout", time.Minute, "the proxier is unhealthy when a queued update has not been applied for this long")
 
-	observability.StringVar(&o.metricsAddress, "metrics-address", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
+	observability.StringVar(&o.metricsAddress, "metrics-address", defaultMetricsAddress, "address of the Prometheus /metrics endpoint (loopback by default, as kube-proxy's: the node's other users cannot read it); empty disables it")
 	observability.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles under /debug/pprof/ on --metrics-address")
-	observability.StringVar(&o.healthAddress, "health-address", ":9091", "address of /healthz, /readyz and /livez; empty disables them")
+	observability.StringVar(&o.healthAddress, "health-address", defaultHealthAddress, "address of /healthz, /readyz and /livez, which the kubelet's probes and kubectl mcs diagnose read; empty disables them")
 
 	// As Kubernetes components: -v, --vmodule, --logging-format (text or
 	// json) and --log-flush-frequency, applied by logsapi.ValidateAndApply.
@@ -447,9 +466,7 @@ func (o *options) completeProxier(raw *rawFlags, errs *flagErrors) {
 			o.ipFamilies = append(o.ipFamilies, family)
 		}
 	}
-	if len(o.ipFamilies) == 0 {
-		errs.bad("ip-families", "no IP family given")
-	}
+	// None given: run learns them from the cluster.
 	var err error
 	if o.proxierMode, err = proxier.ParseMode(raw.proxierMode); err != nil {
 		errs.bad("proxier-mode", "%v", err)
@@ -459,6 +476,9 @@ func (o *options) completeProxier(raw *rawFlags, errs *flagErrors) {
 	case gateCluster:
 		if o.runs(componentProxier) && o.nodeName == "" {
 			errs.bad("dns-gate", "%s needs this node's name: set --node-name or $NODE_NAME, or choose %s", gateCluster, gateNode)
+		}
+		if _, err := labels.Parse(o.dnsGatePeers); err != nil || o.dnsGatePeers == "" {
+			errs.bad("dns-gate-peers", "%q is not a label selector: %v", o.dnsGatePeers, err)
 		}
 	default:
 		errs.bad("dns-gate", "unknown gate %q; choose %s or %s", o.dnsGate, gateCluster, gateNode)

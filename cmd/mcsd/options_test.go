@@ -96,8 +96,8 @@ func TestGoodFlags(t *testing.T) {
 		if len(o.components) != 4 || !o.runsControllers() {
 			t.Fatalf("components = %v", o.components)
 		}
-		if len(o.clusterSetCIDRs) != 2 || len(o.ipFamilies) != 2 {
-			t.Fatalf("clusterset CIDRs %v, families %v: want both families by default", o.clusterSetCIDRs, o.ipFamilies)
+		if len(o.clusterSetCIDRs) != 2 || len(o.ipFamilies) != 0 {
+			t.Fatalf("clusterset CIDRs %v, families %v: want both clusterset ranges, and the families left to the cluster by default", o.clusterSetCIDRs, o.ipFamilies)
 		}
 		if o.proxierMode != proxier.ModeNFTables {
 			t.Fatalf("proxier mode %q, want nftables by default", o.proxierMode)

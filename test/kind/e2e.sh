@@ -50,7 +50,8 @@ dump() {
   k1 -n "$NS" get serviceimport,endpointslices -o wide >&2 || true
   cat "$KIND_WORK/nslookup.out" >&2 2>/dev/null || true
   for ctx in "$CTX1" "$CTX2"; do
-    kubectl --context "$ctx" -n mcsd-system logs daemonset/mcsd --tail=50 >&2 || true
+    kubectl --context "$ctx" -n mcsd-system logs deployment/mcsd-controller --tail=50 >&2 || true
+    kubectl --context "$ctx" -n mcsd-system logs daemonset/mcsd-node-agent --tail=50 >&2 || true
   done
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,13 +36,16 @@ import (
 const repoRoot = "../.."
 
 // The operator's path of the README, on harness clusters instead of kind:
-// kubectl apply -k manifests/broker, hack/broker-join.sh for each member,
-// kubectl apply -k manifests/mcsd, then mcsd started with the DaemonSet's
-// own arguments, as the DaemonSet's ServiceAccount, reading its broker
-// credential from the Secret the script made. A service exported in one
-// member is imported in the other and answered by its DNS, and nothing
-// mcsd asks of either API server is forbidden: the RBAC of manifests/mcsd
-// and the broker's member Role are enough.
+// kubectl apply -k manifests/broker, then in each member kubectl apply -k
+// manifests/crds and manifests/mcsd and hack/broker-join.sh, then mcsd's
+// two identities started with their shipped arguments, each as its own
+// ServiceAccount: the controller (reading its broker credential from the
+// Secret the script made) and a node agent, with a token bound to a pod
+// on its node as the kubelet mounts it. What each identity may do is
+// checked with kubectl auth can-i, and the node agent's writes outside its
+// node are refused by the shipped admission policy. A service exported in
+// one member is imported in the other and answered by its DNS, and nothing
+// either identity asks of its API server is forbidden.
 func TestOperatorInstallWithKubectl(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "dig")
@@ -71,25 +75,26 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 	}
 
 	run("kubectl", "--context", cs.Broker.Name, "apply", "-k", "manifests/broker")
-	ds := daemonSet(t)
-	args := ds.Spec.Template.Spec.Containers[0].Args
+	ds, deploy := nodeAgent(t), controller(t)
 	for _, env := range []string{"POD_IP", "NODE_NAME", "POD_CIDRS"} {
-		if !declaresEnv(ds, env) {
-			t.Fatalf("the DaemonSet does not set %s", env)
+		if !declaresEnv(ds.Spec.Template.Spec.Containers[0], env) {
+			t.Fatalf("the node agent's DaemonSet does not set %s", env)
 		}
 	}
 
 	type memberRun struct {
-		cluster *harness.Cluster
-		node    *harness.Node
-		prog    *harness.Program
-		health  string
-		id      string
+		cluster          *harness.Cluster
+		node             *harness.Node
+		agent, ctrl      *harness.Program
+		agentHealth      string
+		controllerHealth string
+		id               string
 	}
 	var members []*memberRun
 	for _, c := range cs.Members {
 		m := &memberRun{cluster: c}
 		members = append(members, m)
+		run("kubectl", "--context", c.Name, "apply", "-k", "manifests/crds")
 		run("kubectl", "--context", c.Name, "apply", "-k", "manifests/mcsd")
 		// The harness clusters run no cluster DNS for join to configure.
 		out := run("hack/broker-join.sh", "--broker-context", cs.Broker.Name, "--member-context", c.Name,
@@ -101,70 +106,65 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.id = string(ns.UID)
-
-		// What the DaemonSet's ServiceAccount may do, no more.
-		sa := "system:serviceaccount:mcsd-system:mcsd"
-		for check, want := range map[string]string{
-			"list serviceexports.multicluster.x-k8s.io -A":                      "yes",
-			"create serviceimports.multicluster.x-k8s.io -n default":            "yes",
-			"get secret/mcsd-broker -n mcsd-system":                             "yes",
-			"get secret/other -n mcsd-system":                                   "no",
-			"list secrets -A":                                                   "no",
-			"update serviceexports.multicluster.x-k8s.io -n default":            "no",
-			"delete clusterproperties.about.k8s.io":                             "no",
-			"update leases.coordination.k8s.io/mcsd-controllers -n mcsd-system": "yes",
-			"update leases.coordination.k8s.io/mcsd-node-n1 -n mcsd-system":     "yes",
-			"update leases.coordination.k8s.io/other -n default":                "no",
-			"update configmaps/mcsd-clusterset-liveness -n mcsd-system":         "yes",
-			"update configmaps/other -n mcsd-system":                            "no",
-			"list configmaps -A":                                                "no",
-		} {
-			cmd := exec.CommandContext(ctx, filepath.Join(kubectlDir, "kubectl"), append([]string{"--context", c.Name, "auth", "can-i", "--as", sa}, strings.Fields(check)...)...)
-			cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-			out, _ := cmd.Output()
-			if got := strings.TrimSpace(string(out)); got != want {
-				t.Errorf("%s: can mcsd %s? %q, want %q", c.Name, check, got, want)
-			}
-		}
-
-		// mcsd as the DaemonSet runs it, as its ServiceAccount.
-		token := strings.TrimSpace(run("kubectl", "--context", c.Name, "-n", "mcsd-system", "create", "token", "mcsd", "--duration=1h"))
-		saKubeconfig := filepath.Join(cs.Dir, c.Name+"-mcsd.kubeconfig")
-		if err := c.WriteKubeconfig(saKubeconfig, c.TokenConfig(token)); err != nil {
-			t.Fatal(err)
-		}
 		if m.node, err = c.AddNode(ctx); err != nil {
 			t.Fatal(err)
 		}
-		healthPort, err := harness.FreePort()
-		if err != nil {
+		checkPermissions(ctx, t, filepath.Join(kubectlDir, "kubectl"), kubeconfig, c.Name, m.node.Name)
+
+		// The controller as its Deployment runs it, as its ServiceAccount.
+		token := strings.TrimSpace(run("kubectl", "--context", c.Name, "-n", "mcsd-system", "create", "token", "mcsd-controller", "--duration=1h"))
+		controllerKubeconfig := filepath.Join(cs.Dir, c.Name+"-mcsd-controller.kubeconfig")
+		if err := c.WriteKubeconfig(controllerKubeconfig, c.TokenConfig(token)); err != nil {
 			t.Fatal(err)
 		}
-		metricsPort, err := harness.FreePort()
-		if err != nil {
+		health := freeAddr(t)
+		m.controllerHealth = "http://" + health
+		ctrlArgs := withoutFlags(expand(t, deploy.Spec.Template.Spec.Containers[0].Args, nil), "--health-address")
+		ctrlArgs = append(ctrlArgs,
+			"--kubeconfig="+controllerKubeconfig,
+			"--health-address="+health,
+			"--metrics-address="+freeAddr(t),
+		)
+		if m.ctrl, err = cs.StartProgram("mcsd-controller-"+c.Name, bin, ctrlArgs...); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = m.ctrl.Terminate(10 * time.Second) })
+
+		// The node agent as its DaemonSet runs it: with a token bound to
+		// its pod on the node, as the kubelet mounts it, so that the API
+		// server names the node in it.
+		agentPod := nodeAgentPod(ctx, t, c.Kube, m.node.Name)
+		token = strings.TrimSpace(run("kubectl", "--context", c.Name, "-n", "mcsd-system", "create", "token", "mcsd-node-agent", "--duration=1h",
+			"--bound-object-kind=Pod", "--bound-object-name="+agentPod.Name, "--bound-object-uid="+string(agentPod.UID)))
+		agentKubeconfig := filepath.Join(cs.Dir, c.Name+"-mcsd-node-agent.kubeconfig")
+		if err := c.WriteKubeconfig(agentKubeconfig, c.TokenConfig(token)); err != nil {
+			t.Fatal(err)
+		}
+		checkNodeReports(ctx, t, c, token, m.node.Name)
+		health = freeAddr(t)
+		m.agentHealth = "http://" + health
 		env := map[string]string{"POD_IP": m.node.IP.String(), "NODE_NAME": m.node.Name, "POD_CIDRS": c.PodCIDR.String()}
-		daemonArgs := expand(t, args, env)
 		// The DaemonSet's pod has one network namespace; here the data
 		// plane is in the node's and the HTTP endpoints stay in the
 		// test's, where the test reaches them.
-		m.health = "http://127.0.0.1:" + strconv.Itoa(healthPort)
-		daemonArgs = append(daemonArgs,
-			"--kubeconfig="+saKubeconfig,
+		agentArgs := withoutFlags(expand(t, ds.Spec.Template.Spec.Containers[0].Args, env), "--health-address")
+		agentArgs = append(agentArgs,
+			"--kubeconfig="+agentKubeconfig,
 			"--netns="+netns.Path(m.node.NS.Name),
 			"--node-name="+m.node.Name,
 			"--ip-families=IPv4",
-			"--health-address=127.0.0.1:"+strconv.Itoa(healthPort),
-			"--metrics-address=127.0.0.1:"+strconv.Itoa(metricsPort),
+			"--health-address="+health,
+			// Both clusters' node agents share the test's loopback.
+			"--metrics-address="+freeAddr(t),
 		)
-		if m.prog, err = cs.StartProgram("mcsd-"+c.Name, bin, daemonArgs...); err != nil {
+		if m.agent, err = cs.StartProgram("mcsd-node-agent-"+c.Name, bin, agentArgs...); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = m.prog.Terminate(10 * time.Second) })
+		t.Cleanup(func() { _ = m.agent.Terminate(10 * time.Second) })
 	}
 	for _, m := range members {
-		waitReady(ctx, t, m.prog, m.health)
+		waitReady(ctx, t, m.ctrl, m.controllerHealth)
+		waitReady(ctx, t, m.agent, m.agentHealth)
 	}
 
 	// A service of cluster2, exported as an operator would.
@@ -198,30 +198,35 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the export of %s never became a ServiceImport with a ClusterSetIP in %s: %v\n%s\n%s", exporting.cluster.Name, importing.cluster.Name, err,
-			exporting.prog.Tail(30), importing.prog.Tail(30))
+			exporting.ctrl.Tail(30), importing.ctrl.Tail(30))
 	}
 	t.Logf("ServiceImport %s/%s in %s: ClusterSetIP %s", ns, name, importing.cluster.Name, ip)
 
 	// The DNS server of the importing node answers the clusterset name.
 	fqdn := name + "." + ns + ".svc.clusterset.local"
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		out, err := importing.node.NS.Exec("dig", "+short", "+time=1", "+tries=1", "-p", "5353", "@"+importing.node.IP.String(), fqdn)
+		out, err := importing.node.NS.Exec("dig", "+short", "+time=1", "+tries=1", "-p", dnsPort(t, ds), "@"+importing.node.IP.String(), fqdn)
 		return err == nil && strings.TrimSpace(out) == ip, nil
 	})
 	if err != nil {
-		t.Fatalf("dig %s at %s:5353 did not answer %s: %v", fqdn, importing.node.IP, ip, err)
+		t.Fatalf("dig %s at %s:%s did not answer %s: %v", fqdn, importing.node.IP, dnsPort(t, ds), ip, err)
 	}
 
-	// Nothing either daemon did was refused.
-	forbidden := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|delete) resource`)
+	// Nothing either identity did was refused.
+	forbidden := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|delete) resource|denied request`)
 	for _, m := range members {
-		data, err := os.ReadFile(m.prog.LogPath())
-		if err != nil {
-			t.Fatal(err)
+		for _, prog := range []*harness.Program{m.ctrl, m.agent} {
+			data, err := os.ReadFile(prog.LogPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loc := forbidden.FindIndex(data); loc != nil {
+				start, end := max(loc[0]-300, 0), min(loc[1]+300, len(data))
+				t.Errorf("%s was refused something:\n%s", prog.LogPath(), data[start:end])
+			}
 		}
-		if loc := forbidden.FindIndex(data); loc != nil {
-			start, end := max(loc[0]-300, 0), min(loc[1]+300, len(data))
-			t.Errorf("mcsd of %s was refused something:\n%s", m.cluster.Name, data[start:end])
+		if _, err := m.cluster.Kube.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-node-"+m.node.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s: the node agent wrote no report of its node: %v", m.cluster.Name, err)
 		}
 		if _, err := m.cluster.Kube.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-controllers", metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: no leader-election Lease: %v", m.cluster.Name, err)
@@ -273,29 +278,82 @@ func kubectl(t *testing.T) string {
 	return filepath.Dir(path)
 }
 
-func daemonSet(t *testing.T) *appsv1.DaemonSet {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "manifests/mcsd/daemonset.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+// nodeAgent and controller are the shipped workloads of manifests/mcsd.
+func nodeAgent(t *testing.T) *appsv1.DaemonSet {
 	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
-		t.Fatal(err)
-	}
-	if len(ds.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("the DaemonSet has %d containers, want 1", len(ds.Spec.Template.Spec.Containers))
-	}
+	readManifest(t, "manifests/mcsd/node-agent.yaml", &ds)
+	oneContainer(t, "the node agent's DaemonSet", ds.Spec.Template)
 	return &ds
 }
 
-func declaresEnv(ds *appsv1.DaemonSet, name string) bool {
-	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+func controller(t *testing.T) *appsv1.Deployment {
+	var d appsv1.Deployment
+	readManifest(t, "manifests/mcsd/controller.yaml", &d)
+	oneContainer(t, "the controller's Deployment", d.Spec.Template)
+	return &d
+}
+
+func oneContainer(t *testing.T, what string, tmpl corev1.PodTemplateSpec) {
+	t.Helper()
+	if n := len(tmpl.Spec.Containers); n != 1 {
+		t.Fatalf("%s has %d containers, want 1", what, n)
+	}
+}
+
+// readManifest reads the first object of file into obj.
+func readManifest(t *testing.T, file string, obj any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(data), "\n---\n")
+	if err := yaml.UnmarshalStrict([]byte(first), obj); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+func declaresEnv(c corev1.Container, name string) bool {
+	for _, e := range c.Env {
 		if e.Name == name {
 			return true
 		}
 	}
 	return false
+}
+
+// dnsPort is the port the node agent's DNS listens on, from its arguments.
+func dnsPort(t *testing.T, ds *appsv1.DaemonSet) string {
+	t.Helper()
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--dns-listen="); ok {
+			i := strings.LastIndex(v, ":")
+			return v[i+1:]
+		}
+	}
+	t.Fatal("the node agent has no --dns-listen")
+	return ""
+}
+
+// withoutFlags drops the arguments of the named flags (--name=value).
+func withoutFlags(args []string, names ...string) []string {
+	var out []string
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.Contains(names, name) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
 
 // expand replaces $(VAR) in args as the kubelet does, failing on a

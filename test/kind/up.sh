@@ -81,7 +81,7 @@ patches:
     apiVersion: apps/v1
     kind: DaemonSet
     metadata:
-      name: mcsd
+      name: mcsd-node-agent
       namespace: mcsd-system
     spec:
       template:
@@ -92,6 +92,18 @@ patches:
             env:
             - name: POD_CIDRS
               value: "$pods"
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: mcsd-controller
+      namespace: mcsd-system
+    spec:
+      template:
+        spec:
+          containers:
+          - name: mcsd
+            imagePullPolicy: IfNotPresent
 YAML
 }
 
@@ -156,10 +168,14 @@ write_overlay "$C1" "$POD_CIDR1"
 write_overlay "$C2" "$POD_CIDR2"
 for c in "$C1" "$C2"; do
   log "Installing mcsd in $c"
+  # The CRDs first, from their own kustomization (the broker's cluster
+  # has them already; applying them again changes nothing).
+  kubectl --context "kind-$c" apply -k "$KIND_ROOT/manifests/crds"
   kubectl --context "kind-$c" apply -k "$KIND_WORK/$c"
   # A new image under the same tag: restart to pick it up.
-  kubectl --context "kind-$c" -n mcsd-system rollout restart daemonset mcsd
-  kubectl --context "kind-$c" -n mcsd-system rollout status daemonset mcsd --timeout=3m
+  kubectl --context "kind-$c" -n mcsd-system rollout restart daemonset mcsd-node-agent deployment mcsd-controller
+  kubectl --context "kind-$c" -n mcsd-system rollout status daemonset mcsd-node-agent --timeout=3m
+  kubectl --context "kind-$c" -n mcsd-system rollout status deployment mcsd-controller --timeout=3m
   configure_coredns "kind-$c"
 done
 

@@ -123,7 +123,7 @@ func (r requester) Query(ctx context.Context, server conformance.Server, network
 	var resp *dns.Msg
 	err := r.c.ns.Do(func() error {
 		var err error
-		resp, _, err = (&dns.Client{Net: network, Timeout: 2 * time.Second}).ExchangeContext(ctx, m, netip.AddrPortFrom(r.c.node.IP, 5353).String())
+		resp, _, err = (&dns.Client{Net: network, Timeout: 2 * time.Second}).ExchangeContext(ctx, m, netip.AddrPortFrom(r.c.node.IP, mcsdDNSPort).String())
 		return err
 	})
 	return resp, err

@@ -205,7 +205,7 @@ func (p *dnsPoller) close() (int, []error) {
 
 // leader says who holds a member's leader-election Lease: its node (the
 // identity is <node>_<unique id>) and since when.
-func leader(ctx context.Context, m *member) (node string, acquired time.Time, err error) {
+func leader(ctx context.Context, m *member) (pod string, acquired time.Time, err error) {
 	l, err := m.Kube.CoordinationV1().Leases(mcsdNamespace).Get(ctx, "mcsd-controllers", metav1.GetOptions{})
 	if err != nil {
 		return "", time.Time{}, err

@@ -21,10 +21,18 @@ import (
 // The names manifests/mcsd ships.
 const (
 	mcsdNamespace = "mcsd-system"
-	mcsdDaemonSet = "mcsd"
-	mcsdSelector  = "app.kubernetes.io/name=mcsd"
-	mcsdDNS       = "mcsd-dns"
-	shippedImage  = "ghcr.io/mcsd-io/mcsd"
+	// The node agents' DaemonSet and the controller's Deployment.
+	nodeAgentDaemonSet   = "mcsd-node-agent"
+	controllerDeployment = "mcsd-controller"
+	controllerReplicas   = 2
+	// mcsdSelector selects both kinds of pods.
+	mcsdSelector       = "app.kubernetes.io/name=mcsd"
+	nodeAgentSelector  = mcsdSelector + ",app.kubernetes.io/component=node-agent"
+	controllerSelector = mcsdSelector + ",app.kubernetes.io/component=controller"
+	mcsdDNS            = "mcsd-dns"
+	// mcsdDNSPort is the node agent's DNS port on its node's address.
+	mcsdDNSPort  = 10271
+	shippedImage = "ghcr.io/mcsd-io/mcsd"
 )
 
 // installBroker installs the broker as the README says.
@@ -53,7 +61,7 @@ patches:
 - patch: |-
     apiVersion: apps/v1
     kind: DaemonSet
-    metadata: {name: mcsd, namespace: mcsd-system}
+    metadata: {name: mcsd-node-agent, namespace: mcsd-system}
     spec:
       template:
         spec:
@@ -64,9 +72,11 @@ patches:
               value: {{.PodCIDRs}}
 `))
 
-// applyMCSD writes the member's overlay for img and applies it with
-// kubectl apply -k, then waits until the DaemonSet has rolled out: every
-// node's pod of this template Ready.
+// applyMCSD applies the CRDs (kubectl apply -k manifests/crds, as the
+// README's install does first), writes the member's overlay for img and
+// applies it with kubectl apply -k, then waits until the DaemonSet and the
+// Deployment have rolled out: every node's node agent and both controller
+// replicas of this template Ready.
 func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) error {
 	dir := filepath.Join(w.dir, "overlays", m.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -87,6 +97,9 @@ func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) erro
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
 		return err
 	}
+	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", "manifests/crds"); err != nil {
+		return err
+	}
 	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", dir); err != nil {
 		return err
 	}
@@ -97,12 +110,12 @@ func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) erro
 // is given up: it is not going to start.
 const crashLoop = 3
 
-// awaitRollout waits until the mcsd DaemonSet runs img on every node, each
-// pod Ready.
+// awaitRollout waits until the node agents' DaemonSet runs img on every
+// node and the controller's Deployment in both replicas, each pod Ready.
 func (w *world) awaitRollout(ctx context.Context, m *member, ref string) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := m.Kube.AppsV1().DaemonSets(mcsdNamespace).Get(ctx, mcsdDaemonSet, metav1.GetOptions{})
+		ds, err := m.Kube.AppsV1().DaemonSets(mcsdNamespace).Get(ctx, nodeAgentDaemonSet, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
@@ -113,6 +126,17 @@ func (w *world) awaitRollout(ctx context.Context, m *member, ref string) error {
 		}
 		n := ds.Status.DesiredNumberScheduled
 		if n != int32(len(m.RealNodes())) || ds.Status.UpdatedNumberScheduled != n || ds.Status.NumberReady != n || ds.Status.NumberAvailable != n {
+			return false, nil
+		}
+		d, err := m.Kube.AppsV1().Deployments(mcsdNamespace).Get(ctx, controllerDeployment, metav1.GetOptions{})
+		if err != nil {
+			last += "; " + err.Error()
+			return false, nil
+		}
+		s := d.Status
+		last += fmt.Sprintf("; controller: generation %d observed %d, updated %d, ready %d, available %d", d.Generation, s.ObservedGeneration, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
+		if s.ObservedGeneration < d.Generation || d.Spec.Template.Spec.Containers[0].Image != ref || s.Replicas != controllerReplicas ||
+			s.UpdatedReplicas != controllerReplicas || s.ReadyReplicas != controllerReplicas || s.AvailableReplicas != controllerReplicas {
 			return false, nil
 		}
 		pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector})
@@ -131,10 +155,10 @@ func (w *world) awaitRollout(ctx context.Context, m *member, ref string) error {
 			}
 		}
 		last += fmt.Sprintf(", %d of %d pods of %s Ready", ready, len(pods.Items), ref)
-		return ready == len(pods.Items) && int32(ready) == n, nil
+		return ready == len(pods.Items) && int32(ready) == n+controllerReplicas, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s: the mcsd DaemonSet did not roll out %s (%s): %w\n%s", m.Name, ref, last, err, w.podDiagnosis(ctx, m))
+		return fmt.Errorf("%s: mcsd's DaemonSet and Deployment did not roll out %s (%s): %w\n%s", m.Name, ref, last, err, w.podDiagnosis(ctx, m))
 	}
 	return nil
 }

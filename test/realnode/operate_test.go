@@ -19,8 +19,9 @@ import (
 )
 
 // kubectl mcs diagnose passes every check on each member, the check of the
-// mcsd pods included: it reads each pod's /readyz and /metrics through the
-// API server's pod proxy, which here reaches the pods on their nodes.
+// node agents included: it reads each one's /readyz?verbose (its proxier
+// programmed the node) through the API server's pod proxy, which here
+// reaches the pods on their nodes.
 func testDiagnose(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

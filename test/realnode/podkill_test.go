@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,12 +72,12 @@ func testMCSDPodKilled(t *testing.T) {
 	}
 }
 
-// mcsdPodOn is the member's mcsd pod on a node.
+// mcsdPodOn is the member's node agent pod on a node.
 func mcsdPodOn(ctx context.Context, t *testing.T, m *member, node string) *corev1.Pod {
 	t.Helper()
-	pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: mcsdSelector, FieldSelector: "spec.nodeName=" + node})
+	pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: nodeAgentSelector, FieldSelector: "spec.nodeName=" + node})
 	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("%s: the mcsd pod on %s: %v (%d pods)", m.Name, node, err, len(pods.Items))
+		t.Fatalf("%s: the node agent pod on %s: %v (%d pods)", m.Name, node, err, len(pods.Items))
 	}
 	return &pods.Items[0]
 }
@@ -86,14 +87,24 @@ func mcsdPodOn(ctx context.Context, t *testing.T, m *member, node string) *corev
 var volatile = regexp.MustCompile(`counter packets \d+ bytes \d+|expires \S+`)
 
 // rules lists mcsd's nftables tables of a node, without what changes on its
-// own.
+// own: one per IP family the cluster serves, and none of another family
+// (mcsd's --ip-families follows the cluster's ServiceCIDR: an IPv4-only
+// cluster gets no ip6 table).
 func rules(t *testing.T, node *harness.RealNode) string {
 	t.Helper()
 	var b strings.Builder
-	for _, family := range []string{"ip", "ip6"} {
-		out, err := node.NS.Exec("nft", "list", "table", family, "mcsd")
-		if err != nil {
-			t.Fatalf("listing mcsd's %s table on %s: %v", family, node.Name, err)
+	for _, family := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		table := "ip"
+		if family == corev1.IPv6Protocol {
+			table = "ip6"
+		}
+		out, err := node.NS.Exec("nft", "list", "table", table, "mcsd")
+		served := slices.Contains(node.Cluster.IPFamilies, family)
+		switch {
+		case served && err != nil:
+			t.Fatalf("listing mcsd's %s table on %s: %v", table, node.Name, err)
+		case !served && err == nil:
+			t.Fatalf("%s has an %s table of mcsd, but its cluster serves only %v", node.Name, table, node.Cluster.IPFamilies)
 		}
 		b.WriteString(volatile.ReplaceAllString(out, ""))
 	}

@@ -176,7 +176,7 @@ func viaClusterDNS(c *client) resolver {
 
 // viaMCSD asks the mcsd of another node directly, at its node address.
 func viaMCSD(c *client, node netip.Addr) resolver {
-	return resolver{c: c, server: netip.AddrPortFrom(node, 5353).String(), via: "the mcsd of " + node.String()}
+	return resolver{c: c, server: netip.AddrPortFrom(node, mcsdDNSPort).String(), via: "the mcsd of " + node.String()}
 }
 
 // lookup resolves a name to its first A record; ok is false for an answer

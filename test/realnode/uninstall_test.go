@@ -6,23 +6,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
-// Uninstall as the README says, in its order: the ServiceExports, then
-// kubectl delete -k manifests/mcsd in each member, the nftables tables on
-// each node, the clusterset.local block of CoreDNS, each member's
-// membership (kubectl mcs leave), and finally kubectl delete -k
-// manifests/broker and the namespace of broker install's probes. Afterwards no node has an nftables table or iptables
-// chain of mcsd, and no cluster has its CRDs or namespaces. It runs last:
-// nothing is installed after it.
+// Uninstall as the README says, in its order: the ServiceExports, then in
+// each member the node agents' DaemonSet, mcsd --cleanup on each node (a
+// kubectl debug node pod of mcsd's image, which every node holds), kubectl
+// delete -k manifests/mcsd, the clusterset.local block of
+// CoreDNS, the membership (kubectl mcs leave) and kubectl delete -k
+// manifests/crds; finally kubectl delete -k manifests/broker and the
+// namespace of broker install's probes. Afterwards no node has an nftables
+// table or iptables chain of mcsd, and no cluster has its CRDs or
+// namespaces. It runs last: nothing is installed after it.
 func testUninstall(t *testing.T) {
 	w := setup(t)
 	defer func() { w.uninstalled = true }()
@@ -34,25 +38,28 @@ func testUninstall(t *testing.T) {
 		}
 	}
 	for _, m := range w.members {
-		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--wait"); err != nil {
+		// The node agents go first; their rules stay until --cleanup.
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "-n", mcsdNamespace, "delete", "daemonset", nodeAgentDaemonSet, "--cascade=foreground", "--wait"); err != nil {
 			t.Fatal(err)
 		}
-		// The pods go with their namespace; their rules stay.
+		awaitNoPods(ctx, t, m, nodeAgentSelector)
+		for _, n := range m.RealNodes() {
+			w.cleanupNode(ctx, t, m, n.Name)
+		}
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--ignore-not-found", "--wait"); err != nil {
+			t.Fatal(err)
+		}
 		awaitGone(ctx, t, m.Name, func(ctx context.Context) error {
 			_, err := m.Kube.CoreV1().Namespaces().Get(ctx, mcsdNamespace, metav1.GetOptions{})
 			return err
 		})
-		for _, n := range m.RealNodes() {
-			for _, family := range []string{"ip", "ip6"} {
-				if out, err := n.NS.Exec("nft", "delete", "table", family, "mcsd"); err != nil {
-					t.Errorf("%s: nft delete table %s mcsd: %v %s", n.Name, family, err, out)
-				}
-			}
-		}
 		if err := w.removeSnippet(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.kubectl(ctx, "", "mcs", "leave", "--broker-context", w.cs.Broker.Name, "--context", m.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/crds", "--wait"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -115,6 +122,62 @@ func testUninstall(t *testing.T) {
 		}
 	}
 }
+
+// cleanupNode runs mcsd --cleanup on a node as the README says: a pod of
+// mcsd's image in the node's network namespace (kubectl debug node, with
+// the netadmin profile: NET_ADMIN, as the node agent has), in mcsd's
+// namespace, whose Pod Security allows it; its log says what it removed,
+// and it is deleted afterwards.
+func (w *world) cleanupNode(ctx context.Context, t *testing.T, m *member, node string) {
+	t.Helper()
+	out, err := w.kubectl(ctx, "", "--context", m.Name, "-n", mcsdNamespace, "debug", "node/"+node, "--image="+w.mcsd[0].Ref, "--profile=netadmin", "--arguments-only", "--", "--cleanup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := debugPod.FindStringSubmatch(out)
+	if match == nil {
+		t.Fatalf("%s: kubectl debug named no pod:\n%s", node, out)
+	}
+	pod := match[1]
+	var phase corev1.PodPhase
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := m.Kube.CoreV1().Pods(mcsdNamespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	logs, _ := m.Kube.CoreV1().Pods(mcsdNamespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || phase != corev1.PodSucceeded {
+		t.Errorf("%s: mcsd --cleanup in pod %s: phase %s, %v\n%s", node, pod, phase, err, logs)
+	} else {
+		t.Logf("%s: %s", node, strings.TrimSpace(string(logs)))
+	}
+	if err := m.Kube.CoreV1().Pods(mcsdNamespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// awaitNoPods waits until no pod of selector is left in mcsd's namespace.
+func awaitNoPods(ctx context.Context, t *testing.T, m *member, selector string) {
+	t.Helper()
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := m.Kube.CoreV1().Pods(mcsdNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		left = len(pods.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %d pods %s left: %v", m.Name, left, selector, err)
+	}
+}
+
+// debugPod finds the pod's name in kubectl debug's output.
+var debugPod = regexp.MustCompile(`debugging pod (\S+) with container`)
 
 // awaitGone waits until get reports NotFound.
 func awaitGone(ctx context.Context, t *testing.T, what string, get func(context.Context) error) {

@@ -1,9 +1,10 @@
 // Package realnode tests what a user installs, on real kubelets: the mcsd
-// image, the DaemonSet with its RBAC, probes and in-cluster configuration,
-// leader election between its pods, the mcsd-dns Service and the CoreDNS
-// snippet, installed as the README says (kubectl mcs broker install,
-// kubectl mcs join, kubectl apply -k of manifests/mcsd with only a
-// kustomize image override and the pod CIDRs), on two member clusters of
+// image, the node agents' DaemonSet and the controller's Deployment with
+// their identities, admission policy, probes and in-cluster configuration,
+// leader election between the controller's pods, the mcsd-dns Service and
+// the CoreDNS snippet, installed as the README says (kubectl mcs broker
+// install, kubectl mcs join, kubectl apply -k of manifests/crds and then
+// manifests/mcsd with only a kustomize image override and the pod CIDRs), on two member clusters of
 // two real nodes each (test/harness RealNodes: kubelet, containerd and
 // kube-proxy per node). Pods resolve through the kubelet's clusterDNS, a
 // CoreDNS Deployment carrying the shipped snippet.
