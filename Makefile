@@ -55,7 +55,7 @@ build:
 # PATH, or run on its own.
 .PHONY: kubectl-mcs
 kubectl-mcs:
-	$(GO) build -o bin/kubectl-mcs ./cmd/kubectl-mcs
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kubectl-mcs ./cmd/kubectl-mcs
 
 # The Kubernetes components the harness runs; built once per version.
 harness-binaries:

@@ -17,8 +17,9 @@ import (
 
 // SettingsName is the ConfigMap of the broker namespace that holds the
 // broker's Settings: the parameter of the admission policies, written by
-// the administrator (Install), never by members.
-const SettingsName = "mcsd-broker-settings"
+// the administrator (Install), never by members, which read their
+// clusterset ranges from it (ReadSettings).
+const SettingsName = record.SettingsName
 
 // Keys of the settings ConfigMap; the admission policies read them.
 const (
@@ -47,11 +48,12 @@ type Settings struct {
 	// ClusterSetCIDRv4 and ClusterSetCIDRv6 are the clusterset ranges
 	// (default clustersetip.DefaultClusterSetCIDRv4 and v6): ClusterSetIP
 	// claims and VIPs of export records must lie inside them. Members must
-	// run with the same ranges (mcsd --clusterset-cidrs).
+	// run with the same ranges (Ranges): mcsd reads them from here, and
+	// refuses a --clusterset-cidrs that disagrees.
 	ClusterSetCIDRv4, ClusterSetCIDRv6 netip.Prefix
 	// BlockBitsV4 and BlockBitsV6 are the prefix lengths of the block each
-	// member claims (default clustersetip.DefaultBlockBitsV4 and V6), as
-	// mcsd's --vip-block-bits-ipv4 and -ipv6 on every member.
+	// member claims (default clustersetip.DefaultBlockBitsV4 and V6),
+	// read by every member's mcsd as its --vip-block-bits-ipv4 and -ipv6.
 	BlockBitsV4, BlockBitsV6 int
 	// MaxMembers is how many members may join (default
 	// DefaultMaxMembers): AddMember refuses one more.

@@ -135,7 +135,7 @@ func (cfg Config) withDefaults() (Config, error) {
 func (cfg Config) reverseZones() []string {
 	var out []string
 	for _, p := range cfg.ReverseCIDRs {
-		if z := reverseZone(p); !slices.Contains(out, z) {
+		if z := ReverseZone(p); !slices.Contains(out, z) {
 			out = append(out, z)
 		}
 	}

@@ -292,11 +292,11 @@ func reverseName(addr netip.Addr) string {
 	return string(out) + reverseV6[1:]
 }
 
-// reverseZone is the apex of the reverse zone of p: the name of its first
+// ReverseZone is the apex of the reverse zone of p: the name of its first
 // bits, rounded down to whole labels (octets under in-addr.arpa, nibbles
 // under ip6.arpa), so a range off a label boundary gets the zone that
 // encloses it.
-func reverseZone(p netip.Prefix) string {
+func ReverseZone(p netip.Prefix) string {
 	p = p.Masked()
 	var sb strings.Builder
 	if p.Addr().Is4() {

@@ -795,7 +795,7 @@ func TestServeReverseZones(t *testing.T) {
 }
 
 func TestReverseZone(t *testing.T) {
-	checkNames(t, "reverseZone", func(s string) string { return reverseZone(netip.MustParsePrefix(s)) }, map[string]string{
+	checkNames(t, "ReverseZone", func(s string) string { return ReverseZone(netip.MustParsePrefix(s)) }, map[string]string{
 		"243.0.0.0/8":   "243.in-addr.arpa.",
 		"10.96.0.0/12":  "10.in-addr.arpa.",
 		"10.96.1.0/24":  "1.96.10.in-addr.arpa.",

@@ -6,7 +6,6 @@
 package diagnose
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
@@ -31,6 +30,7 @@ import (
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/corefile"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/liveness"
 )
@@ -499,7 +499,7 @@ func (r *run) cidrs(ctx context.Context) {
 // clusterset.local to the mcsd-dns Service.
 func (r *run) coreDNS(ctx context.Context) {
 	const name = "CoreDNS forwards clusterset.local"
-	fix := "add the server block of manifests/mcsd/coredns-snippet.yaml to the Corefile in kube-system/coredns, with the ClusterIP of mcsd-system/mcsd-dns"
+	fix := "run kubectl mcs join again, which configures the cluster DNS; or add the server block of manifests/mcsd/coredns-snippet.yaml to the Corefile in kube-system/coredns, with the ClusterIP of mcsd-system/mcsd-dns"
 	svc, err := r.kube.CoreV1().Services("mcsd-system").Get(ctx, "mcsd-dns", metav1.GetOptions{})
 	if err != nil {
 		r.add(name, Fail, "no Service mcsd-system/mcsd-dns: "+err.Error(), "install mcsd: kubectl apply -k manifests/mcsd")
@@ -510,11 +510,16 @@ func (r *run) coreDNS(ctx context.Context) {
 		r.add(name, Fail, "no ConfigMap kube-system/coredns: "+err.Error(), "this check knows CoreDNS only; "+fix)
 		return
 	}
-	targets, found := forwardsOf(cm.Data["Corefile"], "clusterset.local")
+	_, found, err := corefile.Block(cm.Data["Corefile"], "clusterset.local")
+	if err != nil {
+		r.add(name, Fail, "the Corefile cannot be read: "+err.Error(), fix)
+		return
+	}
 	if !found {
 		r.add(name, Fail, "the Corefile has no server block for clusterset.local", fix)
 		return
 	}
+	targets, _ := corefile.Forwards(cm.Data["Corefile"], "clusterset.local")
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
@@ -531,42 +536,6 @@ func (r *run) coreDNS(ctx context.Context) {
 		}
 	}
 	r.add(name, Fail, fmt.Sprintf("clusterset.local is forwarded to %s, not to mcsd-dns (%s)", strings.Join(targets, " "), strings.Join(ips, ",")), fix)
-}
-
-// forwardsOf returns the targets of the forward plugin in the Corefile's
-// server block for zone, and whether there is such a block.
-func forwardsOf(corefile, zone string) ([]string, bool) {
-	sc := bufio.NewScanner(strings.NewReader(corefile))
-	depth, inZone, found := 0, false, false
-	var targets []string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
-			continue
-		}
-		fields := strings.Fields(line)
-		if depth == 0 && strings.HasSuffix(line, "{") {
-			inZone = false
-			for _, f := range fields {
-				f = strings.TrimSuffix(strings.TrimPrefix(f, "dns://"), "{")
-				if h, _, _ := strings.Cut(f, ":"); strings.TrimSuffix(h, ".") == zone {
-					inZone, found = true, true
-				}
-			}
-		} else if depth == 1 && inZone && fields[0] == "forward" && len(fields) >= 3 {
-			for _, t := range fields[2:] {
-				if t == "{" {
-					break
-				}
-				targets = append(targets, t)
-			}
-		}
-		depth += strings.Count(line, "{") - strings.Count(line, "}")
-	}
-	return targets, found
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

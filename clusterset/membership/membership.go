@@ -7,6 +7,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,34 +144,14 @@ type Result struct {
 // Secret mcsd-system/mcsd-broker. Joining again replaces the declaration
 // and the Secret.
 func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
+	opts = opts.withDefaults(brokerAdmin)
 	progress := opts.Progress
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
-	if opts.BrokerNamespace == "" {
-		opts.BrokerNamespace = broker.DefaultNamespace
-	}
-	if opts.BrokerServer == "" {
-		opts.BrokerServer = brokerAdmin.Host
-	}
-	memberKube, err := kubernetes.NewForConfig(member)
+	memberKube, brokerKube, res, err := resolve(ctx, brokerAdmin, member, opts)
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	memberDyn, err := dynamic.NewForConfig(member)
-	if err != nil {
-		return Result{}, err
-	}
-	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
-	if err != nil {
-		return Result{}, err
-	}
-	id, source, err := ResolveClusterID(ctx, memberKube, memberDyn, opts.ClusterID)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{ClusterID: id, Source: source}
-	progress("cluster ID %s (from the %s)", id, source)
+	id := res.ClusterID
+	progress("cluster ID %s (from the %s)", id, res.Source)
 	progress("declaring member %s on the broker (pod CIDRs %s) and creating its identity %s/%s",
 		id, prefixes(opts.PodCIDRs), opts.BrokerNamespace, broker.ServiceAccountName(id))
 
@@ -216,6 +197,72 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 	return res, nil
 }
 
+// Preview is what Join would do, doing nothing: the member's cluster ID
+// and the kubeconfig it would store, with the token of the member's
+// broker identity when it has one already, else the placeholder
+// TokenPlaceholder.
+func Preview(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
+	opts = opts.withDefaults(brokerAdmin)
+	_, brokerKube, res, err := resolve(ctx, brokerAdmin, member, opts)
+	if err != nil {
+		return res, err
+	}
+	id := res.ClusterID
+	token, ca := TokenPlaceholder, []byte(nil)
+	s, err := brokerKube.CoreV1().Secrets(opts.BrokerNamespace).Get(ctx, broker.ServiceAccountName(id)+"-token", metav1.GetOptions{})
+	switch {
+	case err == nil && len(s.Data[corev1.ServiceAccountTokenKey]) > 0:
+		token = string(s.Data[corev1.ServiceAccountTokenKey])
+		ca = s.Data[corev1.ServiceAccountRootCAKey]
+	case err != nil && !apierrors.IsNotFound(err):
+		return res, fmt.Errorf("reading the member's token Secret: %w", err)
+	}
+	if len(ca) == 0 {
+		cfg := rest.CopyConfig(brokerAdmin)
+		if err := rest.LoadTLSFiles(cfg); err == nil {
+			ca = cfg.CAData
+		}
+	}
+	if !opts.NoSecret {
+		res.Secret = SecretNamespace + "/" + SecretName
+	}
+	res.Kubeconfig, err = Kubeconfig(opts.BrokerServer, ca, broker.ServiceAccountName(id), token, opts.BrokerNamespace)
+	return res, err
+}
+
+// withDefaults is opts with its defaults for the broker of brokerAdmin.
+func (opts Options) withDefaults(brokerAdmin *rest.Config) Options {
+	if opts.Progress == nil {
+		opts.Progress = func(string, ...any) {}
+	}
+	if opts.BrokerNamespace == "" {
+		opts.BrokerNamespace = broker.DefaultNamespace
+	}
+	if opts.BrokerServer == "" {
+		opts.BrokerServer = brokerAdmin.Host
+	}
+	return opts
+}
+
+// resolve makes the clients of Join and Preview and resolves the
+// member's cluster ID.
+func resolve(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (kubernetes.Interface, kubernetes.Interface, Result, error) {
+	m, err := status.NewClients(member)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	brokerKube, err := kubernetes.NewForConfig(brokerAdmin)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	id, source, err := ResolveClusterID(ctx, m.Kube, m.Dynamic, opts.ClusterID)
+	return m.Kube, brokerKube, Result{ClusterID: id, Source: source}, err
+}
+
+// TokenPlaceholder stands in a previewed kubeconfig for the token the
+// broker has not made yet.
+const TokenPlaceholder = "TOKEN-CREATED-BY-JOIN"
+
 // brokerCA is the CA that signs the broker's serving certificate: the
 // ca.crt of the member's token Secret (the broker's root CA, as the token
 // controller writes it), else the one of the administrator's configuration.
@@ -246,24 +293,31 @@ func Kubeconfig(server string, ca []byte, account, token, namespace string) ([]b
 	return clientcmd.Write(*kc)
 }
 
+// Secret is the member's Secret mcsd-system/mcsd-broker holding
+// kubeconfig, as WriteSecret writes it.
+func Secret(kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: SecretNamespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{SecretKey: kubeconfig},
+	}
+}
+
 // WriteSecret creates or replaces the member's Secret
 // mcsd-system/mcsd-broker with kubeconfig, creating the namespace if
-// needed.
+// needed; a Secret that already holds it is left alone.
 func WriteSecret(ctx context.Context, kube kubernetes.Interface, kubeconfig []byte) error {
 	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SecretNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s in the member: %w", SecretNamespace, err)
 	}
 	secrets := kube.CoreV1().Secrets(SecretNamespace)
-	want := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: SecretNamespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{SecretKey: kubeconfig},
-	}
+	want := Secret(kubeconfig)
 	_, err = secrets.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *corev1.Secret
-		if cur, err = secrets.Get(ctx, SecretName, metav1.GetOptions{}); err == nil {
+		if cur, err = secrets.Get(ctx, SecretName, metav1.GetOptions{}); err == nil && !bytes.Equal(cur.Data[SecretKey], kubeconfig) {
 			cur.Data = want.Data
 			_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
 		}

@@ -561,22 +561,8 @@ func exportService(ctx context.Context, t *testing.T, c *harness.Cluster, ns, na
 // README has the operator do.
 func configureCoreDNS(ctx context.Context, t *testing.T, c *harness.Cluster) {
 	t.Helper()
-	data, err := os.ReadFile("../../manifests/mcsd/dns-service.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var svc corev1.Service
-	if err := yaml.Unmarshal(data, &svc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svc.Namespace}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	created, err := c.Kube.CoreV1().Services(svc.Namespace).Create(ctx, &svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err = os.ReadFile("../../manifests/mcsd/coredns-snippet.yaml")
+	created := dnsService(ctx, t, c)
+	data, err := os.ReadFile("../../manifests/mcsd/coredns-snippet.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

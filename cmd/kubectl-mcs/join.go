@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 )
@@ -20,9 +23,14 @@ import (
 type joinOptions struct {
 	memberContext, clusterID, podCIDRs string
 	brokerServer, brokerNamespace      string
-	// output, when set, is where the member's broker kubeconfig is
-	// written too.
+	// kubeconfigFile, when set, is where the member's broker kubeconfig
+	// is written too.
+	kubeconfigFile string
+	// output is -o: yaml or json prints what join applies; another value
+	// is the file of kubeconfigFile, as it was before.
 	output   string
+	dryRun   string
+	dns      dnsFlag
 	noSecret bool
 }
 
@@ -39,11 +47,30 @@ the declaration), raise the broker's quota by one member budget, and store a
 kubeconfig of that identity in the member as the Secret
 mcsd-system/mcsd-broker, which mcsd reads (--broker-secret).
 
+Then, with --dns=auto (the default) and mcsd's Service mcsd-system/mcsd-dns
+in the member, it makes the member's DNS forward clusterset.local and the
+reverse zones of the broker's clusterset ranges to mcsd-dns: the server
+block of manifests/mcsd/coredns-snippet.yaml in CoreDNS's Corefile
+(kube-system/coredns), or in kube-system/coredns-custom where the Corefile
+imports server blocks from it (k3s, AKS); with NodeLocal DNSCache
+(kube-system/node-local-dns), a block forwarding clusterset.local to the
+cluster DNS as its cluster domain does. Where the platform reconciles the
+Corefile (label addonmanager.kubernetes.io/mode=Reconcile) or the DNS is
+kube-dns, it prints the exact change and fails: make it, then run join
+again with --dns=skip. Before mcsd is installed, join leaves the DNS: run it
+again afterwards. Where it finds no cluster DNS it knows, it warns and says
+what to forward.
+
 The cluster ID is --cluster-id, else the member's ClusterProperty
 cluster.clusterset.k8s.io, else the UID of its kube-system namespace: what
-mcsd resolves itself. Joining again replaces the pod CIDRs and the Secret.`,
+mcsd resolves itself. Joining again replaces the pod CIDRs, and changes
+nothing that is as it should be: join twice, and the second changes no
+object. --dry-run=client -o yaml prints what join would apply (the Secret,
+with the member's token if it has joined before, and the DNS ConfigMaps)
+and changes nothing.`,
 		Example: `  kubectl mcs join --broker-context BROKER --context MEMBER \
-      --pod-cidrs 10.244.0.0/16,fd00:10:244::/56 --broker-server https://broker.example.com:6443`,
+      --pod-cidrs 10.244.0.0/16,fd00:10:244::/56 --broker-server https://broker.example.com:6443
+  kubectl mcs join --broker-context BROKER --context MEMBER --pod-cidrs 10.244.0.0/16 --dry-run=client -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), g)
@@ -55,8 +82,12 @@ mcsd resolves itself. Joining again replaces the pod CIDRs and the Secret.`,
 	f.StringVar(&o.podCIDRs, "pod-cidrs", "", "the member's pod CIDRs, comma-separated (required): the broker refuses its endpoints outside them")
 	f.StringVar(&o.brokerServer, "broker-server", "", "the broker API server's URL as the member's nodes reach it (default: the server of --broker-context)")
 	f.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace")
-	f.StringVar(&o.output, "output", "", "also write the member's broker kubeconfig to this file")
+	f.StringVar(&o.kubeconfigFile, "broker-kubeconfig-file", "", "also write the member's broker kubeconfig to this file")
+	f.StringVarP(&o.output, "output", "o", "", "print what join applies: yaml or json (another value is a file, as --broker-kubeconfig-file, which replaces it)")
+	f.StringVar(&o.dryRun, "dry-run", "none", "client: print what join would apply (with -o yaml or json) and change nothing")
+	f.Lookup("dry-run").NoOptDefVal = "client"
 	f.BoolVar(&o.noSecret, "no-secret", false, "do not write the Secret in the member")
+	o.dns.add(cmd, "whether join configures the member's DNS for clusterset.local")
 	return cmd
 }
 
@@ -75,10 +106,30 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func (o *joinOptions) run(ctx context.Context, g *globals) error {
+// validate checks the flags of join, taking an --output that is not a
+// format as the file it used to be.
+func (o *joinOptions) validate(g *globals) error {
 	if g.brokerContext == "" {
 		return errors.New("--broker-context is required: the broker's administrator declares the member")
 	}
+	if o.dryRun != "none" && o.dryRun != "client" {
+		return fmt.Errorf("--dry-run %q: want none or client", o.dryRun)
+	}
+	if o.output != "" && o.output != "yaml" && o.output != "json" {
+		if o.kubeconfigFile != "" {
+			return fmt.Errorf("--output %q: want yaml or json", o.output)
+		}
+		fmt.Fprintf(g.streams.ErrOut, "warning: --output FILE is deprecated; use --broker-kubeconfig-file %s\n", o.output)
+		o.kubeconfigFile, o.output = o.output, ""
+	}
+	return o.dns.validate()
+}
+
+func (o *joinOptions) run(ctx context.Context, g *globals) error {
+	if err := o.validate(g); err != nil {
+		return err
+	}
+	dry := o.dryRun == "client"
 	cidrs, err := parsePrefixes(o.podCIDRs)
 	if err != nil {
 		return fmt.Errorf("--pod-cidrs: %w", err)
@@ -99,30 +150,80 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(g.streams.ErrOut, "join: "+format+"\n", args...)
 	}
-	res, err := membership.Join(ctx, brokerCfg, memberCfg, membership.Options{
+	opts := membership.Options{
 		BrokerNamespace: o.brokerNamespace,
 		ClusterID:       o.clusterID,
 		PodCIDRs:        cidrs,
 		BrokerServer:    o.brokerServer,
 		NoSecret:        o.noSecret,
 		Progress:        progress,
-	})
+	}
+	var res membership.Result
+	if dry {
+		res, err = membership.Preview(ctx, brokerCfg, memberCfg, opts)
+	} else {
+		res, err = membership.Join(ctx, brokerCfg, memberCfg, opts)
+	}
 	if err != nil {
 		return err
 	}
-	if o.output != "" {
-		if err := os.WriteFile(o.output, res.Kubeconfig, 0o600); err != nil {
+	if o.kubeconfigFile != "" && !dry {
+		if err := os.WriteFile(o.kubeconfigFile, res.Kubeconfig, 0o600); err != nil {
 			return err
 		}
-		progress("wrote %s", o.output)
+		progress("wrote %s", o.kubeconfigFile)
 	}
-	fmt.Fprintf(g.streams.Out, "cluster %s joined the broker as %s/%s\n", res.ClusterID, o.brokerNamespace, broker.ServiceAccountName(res.ClusterID))
-	return nil
+	var objs []runtime.Object
+	if res.Secret != "" {
+		objs = append(objs, membership.Secret(res.Kubeconfig))
+	}
+	var plan dnsconfig.Plan
+	if o.dns.mode == dnsAuto {
+		member, brk, err := clientsOf(memberCfg, brokerCfg)
+		if err != nil {
+			return err
+		}
+		if plan, err = memberDNS(ctx, member, brk, o.brokerNamespace, false, dry, progress); err != nil {
+			return err
+		}
+		for _, c := range plan.Changes {
+			if c.After != nil {
+				objs = append(objs, c.After)
+			}
+		}
+	}
+	if o.output != "" {
+		if err := printObjects(g.streams.Out, o.output, objs); err != nil {
+			return err
+		}
+	}
+	if dry {
+		// What to make by hand goes with the rest, not as a failure.
+		for _, c := range plan.Manual() {
+			fmt.Fprintf(g.streams.ErrOut, "warning: by hand: %s: %s\n", c.Manual, c.What)
+		}
+		return nil
+	}
+	if o.output == "" {
+		fmt.Fprintf(g.streams.Out, "cluster %s joined the broker as %s/%s\n", res.ClusterID, o.brokerNamespace, broker.ServiceAccountName(res.ClusterID))
+	}
+	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "join")
+}
+
+// clientsOf are clients of the member and the broker.
+func clientsOf(member, brokerCfg *rest.Config) (kubernetes.Interface, kubernetes.Interface, error) {
+	m, err := kubernetes.NewForConfig(member)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := kubernetes.NewForConfig(brokerCfg)
+	return m, b, err
 }
 
 type leaveOptions struct {
 	memberContext, clusterID, brokerNamespace string
 	keepSecret                                bool
+	dns                                       dnsFlag
 }
 
 func newLeaveCmd(g *globals) *cobra.Command {
@@ -138,7 +239,13 @@ claims, and the Secret mcsd-system/mcsd-broker in the member unless
 --keep-secret. It waits until nothing of the member is left on the broker,
 and otherwise fails naming what is (an object held by a finalizer, say).
 Other members stop importing its services. Delete the member's
-ServiceExports or stop its mcsd first: its exporter cannot write any more.`,
+ServiceExports or stop its mcsd first: its exporter cannot write any more.
+
+With --dns=auto (the default) and the member contacted, it takes back what
+join changed in the member's DNS: the clusterset.local server block of
+CoreDNS's and NodeLocal DNSCache's Corefiles, mcsd's key of coredns-custom;
+where the platform owns the DNS, it prints the change to make by hand and
+fails.`,
 		Example: `  kubectl mcs leave --broker-context BROKER --context MEMBER
   kubectl mcs leave --broker-context BROKER --cluster-id east   # a member that is gone`,
 		Args: cobra.NoArgs,
@@ -151,12 +258,16 @@ ServiceExports or stop its mcsd first: its exporter cannot write any more.`,
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID; with it, the member cluster is not contacted")
 	f.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace")
 	f.BoolVar(&o.keepSecret, "keep-secret", false, "keep the Secret mcsd-system/mcsd-broker in the member")
+	o.dns.add(cmd, "whether leave takes back join's change of the member's DNS")
 	return cmd
 }
 
 func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 	if g.brokerContext == "" {
 		return errors.New("--broker-context is required: the broker's administrator removes the member")
+	}
+	if err := o.dns.validate(); err != nil {
+		return err
 	}
 	brokerCfg, err := g.brokerConfig()
 	if err != nil {
@@ -165,7 +276,7 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	id := o.clusterID
-	var memberKube kubernetes.Interface
+	var memberKube, contacted kubernetes.Interface
 	if id == "" || o.memberContext != "" {
 		memberCfg, err := g.memberConfig(o.memberContext)
 		if err != nil {
@@ -178,6 +289,7 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 		if id, _, err = membership.ResolveClusterID(ctx, member.Kube, member.Dynamic, id); err != nil {
 			return err
 		}
+		contacted = member.Kube
 		if !o.keepSecret {
 			memberKube = member.Kube
 		}
@@ -185,9 +297,30 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(g.streams.ErrOut, "leave: "+format+"\n", args...)
 	}
+	var plan dnsconfig.Plan
+	if o.dns.mode == dnsAuto && contacted != nil {
+		// Planned before the member leaves: the broker's ranges name the
+		// reverse zones.
+		brk, err := kubernetes.NewForConfig(brokerCfg)
+		if err != nil {
+			return err
+		}
+		if plan, err = memberDNS(ctx, contacted, brk, o.brokerNamespace, true, true, progress); err != nil {
+			return err
+		}
+	}
 	if err := membership.Leave(ctx, brokerCfg, memberKube, o.brokerNamespace, id, progress); err != nil {
 		return err
 	}
+	if contacted != nil {
+		applied, err := dnsconfig.Apply(ctx, contacted, plan)
+		for _, what := range applied {
+			progress("DNS: did %s", what)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(g.streams.Out, "cluster %s left the broker\n", id)
-	return nil
+	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "leave")
 }

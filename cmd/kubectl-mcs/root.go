@@ -45,7 +45,7 @@ broker credentials (the Secret mcsd-system/mcsd-broker that join writes).`,
 	root.SetErr(streams.ErrOut)
 	g.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&g.brokerContext, "broker-context", "", "kubeconfig context of the broker cluster, as its administrator")
-	root.AddCommand(newBrokerCmd(g), newJoinCmd(g), newLeaveCmd(g), newStatusCmd(g), newDiagnoseCmd(g), newGatherCmd(g))
+	root.AddCommand(newBrokerCmd(g), newJoinCmd(g), newLeaveCmd(g), newStatusCmd(g), newDiagnoseCmd(g), newGatherCmd(g), newVersionCmd(g), newVerifyCmd(g))
 	return root
 }
 

@@ -9,10 +9,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/exporter"
@@ -119,6 +123,9 @@ type leaderTerm struct {
 	stopEvents  func()
 	local       *caches.Local
 	brokerCache *caches.Broker
+	// ranges are the clusterset ranges and block sizes of the broker's
+	// settings, read when the term starts and kept for all of it.
+	ranges broker.Ranges
 
 	exp  *exporter.Controller
 	imp  *importer.Controller
@@ -157,7 +164,40 @@ func (c *controllers) newTerm(ctx context.Context) (*leaderTerm, error) {
 		ImportsFrom:    c.nodeInformers,
 	})
 	t.brokerCache = caches.NewBroker(t.watch.kube, t.watch.mcs, c.o.brokerNamespace, c.clusterID, c.o.controllerResync)
+	if err := t.readRanges(ctx); err != nil {
+		t.stop()
+		return nil, err
+	}
 	return t, nil
+}
+
+// readRanges takes the clusterset ranges from the broker's settings,
+// refusing flags that disagree, and watches the settings for a change
+// while the term runs.
+func (t *leaderTerm) readRanges(ctx context.Context) error {
+	settings, err := broker.ReadSettings(ctx, t.broker.kube, t.c.o.brokerNamespace)
+	if err != nil {
+		return err
+	}
+	if t.ranges, err = t.c.o.rangesWithBroker(settings); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Running with the broker's clusterset ranges", "settings", klog.KRef(settings.Namespace, broker.SettingsName), "ranges", t.ranges.String())
+	w := &rangesWatch{running: t.ranges, recorder: t.recorder, object: t.eventObject}
+	_, err = t.brokerCache.Settings().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.observe,
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	})
+	return err
+}
+
+// eventObject is what events about the whole cluster are recorded on: the
+// liveness ConfigMap, where kubectl mcs status reads.
+func (t *leaderTerm) eventObject() runtime.Object {
+	if t.live != nil {
+		return t.live.Object()
+	}
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: t.c.o.leaderElectNS, Name: liveness.ConfigMapName}}
 }
 
 // shared is what every controller of the term is built with, writing
@@ -179,7 +219,7 @@ func (t *leaderTerm) shared(local, broker *clients, workers int) controller.Shar
 
 // newExporter claims this cluster's VIP blocks and builds the exporter.
 func (t *leaderTerm) newExporter(ctx context.Context) error {
-	allocators, err := t.c.claimBlocks(ctx, t.broker)
+	allocators, err := t.c.claimBlocks(ctx, t.broker, t.ranges)
 	if err != nil {
 		return err
 	}
@@ -187,7 +227,7 @@ func (t *leaderTerm) newExporter(ctx context.Context) error {
 		Shared:          t.shared(t.exporterLocal, t.broker, t.c.o.exporterWorkers),
 		ClusterSetIPs:   t.c.o.clusterSetIPs,
 		Allocators:      allocators,
-		ClusterSetCIDRs: t.c.o.clusterSetCIDRs,
+		ClusterSetCIDRs: t.ranges.CIDRs,
 		Metrics:         t.c.exporterMetrics,
 	}, t.local, t.brokerCache)
 	return err
@@ -215,7 +255,7 @@ func (t *leaderTerm) newImporter() error {
 		Liveness:              t.live,
 		ClusterTTL:            o.clusterTTL,
 		Metrics:               t.c.importerMetrics,
-		ClusterSetCIDRs:       o.clusterSetCIDRs,
+		ClusterSetCIDRs:       t.ranges.CIDRs,
 		DeniedNamespaces:      o.importDeniedNamespaces,
 		MaxServicesPerCluster: o.maxServicesPerCluster,
 		IPFamilies:            o.ipFamilies,
@@ -319,17 +359,17 @@ func (t *leaderTerm) stop() {
 
 // claimBlocks claims (or finds again) this cluster's VIP block of every
 // clusterset range on the broker and returns an allocator per family.
-func (c *controllers) claimBlocks(ctx context.Context, broker *clients) (map[corev1.IPFamily]*clustersetip.Allocator, error) {
+func (c *controllers) claimBlocks(ctx context.Context, brokerClients *clients, ranges broker.Ranges) (map[corev1.IPFamily]*clustersetip.Allocator, error) {
 	allocators := map[corev1.IPFamily]*clustersetip.Allocator{}
 	if !c.o.clusterSetIPs {
 		// A ServiceExport may still ask for a VIP by annotation: claim anyway.
 		klog.FromContext(ctx).V(2).Info("ClusterSetIPs are off by default; claiming blocks for exports that turn them on")
 	}
-	claimer := clustersetip.Claimer{Kube: broker.kube, Namespace: c.o.brokerNamespace, ClusterID: c.clusterID}
-	for _, set := range c.o.clusterSetCIDRs {
+	claimer := clustersetip.Claimer{Kube: brokerClients.kube, Namespace: c.o.brokerNamespace, ClusterID: c.clusterID}
+	for _, set := range ranges.CIDRs {
 		v4 := set.Addr().Is4()
 		requested, _ := prefixOfFamily(c.o.clusterVIPCIDRs, v4)
-		block, err := claimer.Claim(ctx, set, requested, c.o.blockBits(v4))
+		block, err := claimer.Claim(ctx, set, requested, ranges.BlockBits(v4))
 		if err != nil {
 			flagName := "clusterset-cidrs"
 			if requested.IsValid() {

@@ -31,6 +31,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		// kubectl mcs verify's probe, in pods of this image.
+		os.Exit(runProbe(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	o := &options{}
 	fs, nfs, raw := o.flagSets()
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -56,8 +56,13 @@ type options struct {
 	clusterID  string
 	clusterSet string
 
-	clusterSetIPs       bool
+	clusterSetIPs bool
+	// clusterSetCIDRs and vipBlockBits* are the flags' ranges, or the
+	// defaults where a flag is not given; the controllers run with the
+	// broker's settings (rangesWithBroker), which the given flags
+	// (givenRanges) must repeat.
 	clusterSetCIDRs     []netip.Prefix
+	givenRanges         givenRanges
 	clusterVIPCIDRs     []netip.Prefix
 	vipBlockBitsV4      int
 	vipBlockBitsV6      int
@@ -115,6 +120,9 @@ type options struct {
 	// the removal of the proxier's rules.
 	help, version, cleanup bool
 }
+
+// givenRanges say which of the clusterset settings were given as flags.
+type givenRanges struct{ cidrs, blockBitsV4, blockBitsV6 bool }
 
 // The default ports, chosen clear of what commonly listens on a node's
 // addresses (the kubelet's 10248/10250/10255, kube-proxy's 10249/10256, the
@@ -202,10 +210,10 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	identity.StringVar(&o.clusterSet, "clusterset", "clusterset", "name of the ClusterSet this cluster joins (recorded as the clusterset.k8s.io ClusterProperty)")
 
 	vip.BoolVar(&o.clusterSetIPs, "clusterset-ip", true, "give exported ClusterSetIP services a clusterset VIP (a ServiceExport's annotation "+"mcsd.io/clusterset-ip overrides it)")
-	vip.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String(), "clusterset VIP ranges, at most one per IP family")
-	vip.StringVar(&raw.clusterVIPCIDRs, "cluster-vip-cidrs", "", "this cluster's VIP blocks inside --clusterset-cidrs, at most one per family; empty means the first free block of --vip-block-bits")
-	vip.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", clustersetip.DefaultBlockBitsV4, "prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none")
-	vip.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", clustersetip.DefaultBlockBitsV6, "prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none")
+	vip.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", "", "clusterset VIP ranges, at most one per IP family; empty means the broker's ("+broker.SettingsName+"), and for DNS and the proxier without the controllers, "+clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String()+"; the controllers refuse ranges that differ from the broker's")
+	vip.StringVar(&raw.clusterVIPCIDRs, "cluster-vip-cidrs", "", "this cluster's VIP blocks inside the clusterset ranges, at most one per family; empty means the first free block of the broker's block size")
+	vip.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", 0, fmt.Sprintf("prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", clustersetip.DefaultBlockBitsV4))
+	vip.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", 0, fmt.Sprintf("prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", clustersetip.DefaultBlockBitsV6))
 
 	controllers.DurationVar(&o.leaseDuration, "lease-duration", 10*time.Second, "duration of this cluster's heartbeat Lease on the broker; it is renewed every fifth of it")
 	controllers.DurationVar(&o.clusterTTL, "cluster-ttl", 10*time.Second, "a cluster whose broker Lease has not been renewed for this long is gone: its endpoints leave every importing cluster")
@@ -337,18 +345,30 @@ func checkFile(errs *flagErrors, flagName, path string) {
 	}
 }
 
+// completeClusterSetIPs checks the clusterset ranges given as flags; those
+// not given take the defaults here and the broker's in the controllers.
 func (o *options) completeClusterSetIPs(raw *rawFlags, errs *flagErrors) {
+	o.givenRanges = givenRanges{cidrs: strings.TrimSpace(raw.clusterSetCIDRs) != "", blockBitsV4: o.vipBlockBitsV4 != 0, blockBitsV6: o.vipBlockBitsV6 != 0}
+	o.clusterSetCIDRs = []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}
+	if !o.givenRanges.blockBitsV4 {
+		o.vipBlockBitsV4 = clustersetip.DefaultBlockBitsV4
+	}
+	if !o.givenRanges.blockBitsV6 {
+		o.vipBlockBitsV6 = clustersetip.DefaultBlockBitsV6
+	}
 	var err error
-	if o.clusterSetCIDRs, err = parseFamilyPrefixes(raw.clusterSetCIDRs); err != nil {
-		errs.bad("clusterset-cidrs", "%v", err)
+	if o.givenRanges.cidrs {
+		if o.clusterSetCIDRs, err = parseFamilyPrefixes(raw.clusterSetCIDRs); err != nil {
+			errs.bad("clusterset-cidrs", "%v", err)
+		}
 	}
 	if o.clusterVIPCIDRs, err = parseFamilyPrefixes(raw.clusterVIPCIDRs); err != nil {
 		errs.bad("cluster-vip-cidrs", "%v", err)
 	}
-	for _, block := range o.clusterVIPCIDRs {
-		set, ok := prefixOfFamily(o.clusterSetCIDRs, block.Addr().Is4())
-		if !ok || !set.Contains(block.Addr()) || block.Bits() < set.Bits() {
-			errs.bad("cluster-vip-cidrs", "%s is not inside any range of --clusterset-cidrs (%s)", block, raw.clusterSetCIDRs)
+	if o.givenRanges.cidrs {
+		// Else the broker's ranges decide, once read.
+		if err := vipBlocksInside(o.clusterVIPCIDRs, o.clusterSetCIDRs); err != nil {
+			errs.bad("cluster-vip-cidrs", "%v", err)
 		}
 	}
 	if v4, ok := prefixOfFamily(o.clusterSetCIDRs, true); ok && (o.vipBlockBitsV4 < v4.Bits() || o.vipBlockBitsV4 > 30) {
@@ -535,14 +555,6 @@ func (o *options) runsControllers() bool {
 	return o.runs(componentExporter) || o.runs(componentImporter)
 }
 
-// blockBits is the size of the VIP block this cluster claims in family.
-func (o *options) blockBits(v4 bool) int {
-	if v4 {
-		return o.vipBlockBitsV4
-	}
-	return o.vipBlockBitsV6
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -569,6 +581,26 @@ func parseFamilyPrefixes(s string) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// vipBlocksInside says which of blocks lies outside ranges.
+func vipBlocksInside(blocks, ranges []netip.Prefix) error {
+	for _, block := range blocks {
+		set, ok := prefixOfFamily(ranges, block.Addr().Is4())
+		if !ok || !set.Contains(block.Addr()) || block.Bits() < set.Bits() {
+			return fmt.Errorf("%s is not inside the clusterset ranges %s", block, joinPrefixes(ranges))
+		}
+	}
+	return nil
+}
+
+// joinPrefixes spells prefixes as a list flag takes them.
+func joinPrefixes(prefixes []netip.Prefix) string {
+	s := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 func prefixOfFamily(prefixes []netip.Prefix, v4 bool) (netip.Prefix, bool) {

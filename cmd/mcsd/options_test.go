@@ -43,7 +43,7 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{"a cluster ID that is not a DNS label", []string{"--cluster-id=East_1"}, "--cluster-id:"},
 		{"a clusterset range that is not a CIDR", []string{"--clusterset-cidrs=243.0.0.0"}, "--clusterset-cidrs:"},
 		{"two IPv4 clusterset ranges", []string{"--clusterset-cidrs=243.0.0.0/8,244.0.0.0/8"}, "--clusterset-cidrs:"},
-		{"a VIP block outside the clusterset range", []string{"--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs:"},
+		{"a VIP block outside the clusterset range", []string{"--clusterset-cidrs=243.0.0.0/8", "--cluster-vip-cidrs=10.0.0.0/16"}, "--cluster-vip-cidrs:"},
 		{"a block size that does not fit", []string{"--vip-block-bits-ipv4=4"}, "--vip-block-bits-ipv4:"},
 		{"a denied namespace that is not a namespace name", []string{"--import-namespace-denylist=kube-system,Kube_Public"}, "--import-namespace-denylist:"},
 		{"no room for a single service per cluster", []string{"--max-services-per-cluster=0"}, "--max-services-per-cluster:"},

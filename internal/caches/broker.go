@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -25,7 +26,7 @@ import (
 // count only in their writer's namespace (record.OnlyMembers makes
 // anything elsewhere anonymous); this cluster's own slices are read in its
 // member namespace; the ClusterSetIP block claims, the members'
-// declarations and the export rules in the broker namespace.
+// declarations, the export rules and the settings in the broker namespace.
 type Broker struct {
 	// OnWatchError, when set, is called for every watch failure that is not
 	// routine (a watch that ended or expired is): the liveness
@@ -38,6 +39,7 @@ type Broker struct {
 	records, recordObjects       mcsinformers.SharedInformerFactory
 	slices, ownSlices            informers.SharedInformerFactory
 	leases, claims, decls, rules informers.SharedInformerFactory
+	settings                     informers.SharedInformerFactory
 }
 
 // NewBroker returns the broker informers of cluster, read through kube and
@@ -63,6 +65,10 @@ func NewBroker(kube kubernetes.Interface, mcs mcsclient.Interface, namespace, cl
 		claims:    kubeIn(namespace, record.LabelClaim),
 		decls:     kubeIn(namespace, record.LabelDeclaration),
 		rules:     kubeIn(namespace, record.LabelExportRule),
+		settings: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", record.SettingsName).String()
+			})),
 	}
 }
 
@@ -111,6 +117,12 @@ func (b *Broker) ExportRules() cache.SharedIndexInformer {
 	return b.prepare(b.rules.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
 }
 
+// Settings is the broker's settings ConfigMap alone (record.SettingsName),
+// whose clusterset ranges a running member compares with its own.
+func (b *Broker) Settings() cache.SharedIndexInformer {
+	return b.prepare(b.settings.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+}
+
 // onlyMembers wraps transform for a kind read across every namespace: an
 // object outside its writer's member namespace is kept anonymous.
 func (b *Broker) onlyMembers(transform cache.TransformFunc) cache.TransformFunc {
@@ -151,7 +163,7 @@ func (b *Broker) Shutdown() {
 }
 
 func (b *Broker) factories() []factory {
-	return []factory{b.records, b.recordObjects, b.slices, b.ownSlices, b.leases, b.claims, b.decls, b.rules}
+	return []factory{b.records, b.recordObjects, b.slices, b.ownSlices, b.leases, b.claims, b.decls, b.rules, b.settings}
 }
 
 // factory is what Start and Shutdown need of an informer factory.

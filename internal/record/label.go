@@ -57,6 +57,11 @@ const (
 	LabelExportRule = "mcsd.io/export-rule"
 )
 
+// SettingsName is the ConfigMap of the broker namespace that holds the
+// broker's settings (package broker defines their format): the admission
+// policies' parameter, and the clusterset ranges every member runs with.
+const SettingsName = "mcsd-broker-settings"
+
 // AnnotationLeaseVersion on a cluster's heartbeat Lease is the version of
 // the mcsd that renews it, for operators.
 const AnnotationLeaseVersion = "mcsd.io/version"

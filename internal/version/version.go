@@ -32,11 +32,11 @@ var (
 type Info struct {
 	// Version is `git describe --tags --always --dirty` of the source, or
 	// Unstamped.
-	Version string
+	Version string `json:"version"`
 	// Revision is the full commit hash, or "unknown".
-	Revision string
+	Revision string `json:"revision"`
 	// GoVersion is the toolchain that built the binary, such as go1.26.0.
-	GoVersion string
+	GoVersion string `json:"goVersion"`
 }
 
 // Get returns the running binary's identity.

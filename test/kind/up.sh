@@ -159,7 +159,7 @@ join() {
   local c=$1 pods=$2
   log "Joining $c (pods $pods)"
   "$KIND_ROOT/hack/broker-join.sh" --broker-context "$CTX1" --member-context "kind-$c" \
-    --pod-cidrs "$pods" --broker-server "$broker_server" --output "$KIND_WORK/$c.broker.kubeconfig"
+    --pod-cidrs "$pods" --broker-server "$broker_server" --broker-kubeconfig-file "$KIND_WORK/$c.broker.kubeconfig"
 }
 join "$C1" "$POD_CIDR1"
 join "$C2" "$POD_CIDR2"

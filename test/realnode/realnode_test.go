@@ -16,6 +16,7 @@ func TestRealNodes(t *testing.T) {
 		{"resolvable means reachable on every node", testResolvableMeansReachableOnEveryNode},
 		{"diagnose", testDiagnose},
 		{"gather", testGather},
+		{"verify", testVerify},
 		{"mcsd killed on a node", testMCSDPodKilled},
 		{"leader failover", testLeaderFailover},
 		{"rolling update", testRollingUpdate},

@@ -1,11 +1,11 @@
-package diagnose
+package corefile
 
 import (
 	"slices"
 	"testing"
 )
 
-func TestForwardsOfFindsTheClustersetServerBlock(t *testing.T) {
+func TestForwardsFindsTheClustersetServerBlock(t *testing.T) {
 	for _, tc := range []struct {
 		name, corefile string
 		want           []string
@@ -39,9 +39,13 @@ clusterset.local 243.in-addr.arpa 4.6.3.7.3.6.d.6.a.7.d.f.ip6.arpa {
 		found:    false,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, found := forwardsOf(tc.corefile, "clusterset.local")
-			if found != tc.found || !slices.Equal(got, tc.want) {
-				t.Errorf("forwardsOf = %v, %v; want %v, %v", got, found, tc.want, tc.found)
+			_, found, err := Block(tc.corefile, "clusterset.local")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Forwards(tc.corefile, "clusterset.local")
+			if err != nil || found != tc.found || !slices.Equal(got, tc.want) {
+				t.Errorf("Forwards = %v, %v (found %v); want %v (found %v)", got, err, found, tc.want, tc.found)
 			}
 		})
 	}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcsd-io/mcsd/clusterset/membership"
+	"github.com/mcsd-io/mcsd/clusterset/status"
+	"github.com/mcsd-io/mcsd/clusterset/verify"
+)
+
+type verifyOptions struct {
+	out       outputFlag
+	contexts  string
+	image     string
+	namespace string
+	timeout   time.Duration
+	keep      bool
+}
+
+func newVerifyCmd(g *globals) *cobra.Command {
+	o := &verifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Prove that a pod of every member reaches an exported service of every other member",
+		Long: `Deploy a probe in each member of --contexts (a pod of mcsd's own image,
+answering with its cluster ID, behind the Service probe-<cluster-id>,
+exported), then, from a pod in every member, resolve every other member's
+probe-<cluster-id>.<namespace>.svc.clusterset.local through the cluster DNS
+and connect to it, trying again until it answers or --timeout passes (an
+export takes a few seconds to be imported). It prints a matrix: a row per
+member checking, a column per member checked, PASS with the latency of the
+DNS query and of the TCP connection of the attempt that succeeded, or FAIL
+with why. Then it deletes the namespace it made in each member and waits
+until it is gone. It fails when a check fails.
+
+The pods run mcsd's image (mcsd probe serve|check), found in the mcsd
+workloads of each member unless --image names it: every member already
+runs it, so verify pulls nothing new.`,
+		Example: `  kubectl mcs verify --contexts east,west`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), g)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.contexts, "contexts", "", "the members' kubeconfig contexts, comma-separated (two at least)")
+	f.StringVar(&o.image, "image", "", "the image of the probe pods (default: the image of the mcsd container in each member's "+mcsdNamespace+")")
+	f.StringVar(&o.namespace, "namespace-name", verify.DefaultNamespace, "the namespace verify creates in every member, and deletes")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long each step may take: the probes Ready, each check, the cleanup")
+	f.BoolVar(&o.keep, "keep", false, "leave the probes and the namespace, to look at them")
+	o.out.add(cmd)
+	return cmd
+}
+
+func (o *verifyOptions) run(ctx context.Context, g *globals) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	var names []string
+	for _, c := range strings.Split(o.contexts, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			names = append(names, c)
+		}
+	}
+	if len(names) < 2 {
+		return errors.New("--contexts: give the contexts of two members at least")
+	}
+	var members []verify.Member
+	images := map[string]string{}
+	for _, name := range names {
+		cfg, err := g.contextConfig(name)
+		if err != nil {
+			return err
+		}
+		c, err := status.NewClients(cfg)
+		if err != nil {
+			return err
+		}
+		id, _, err := membership.ResolveClusterID(ctx, c.Kube, c.Dynamic, "")
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		members = append(members, verify.Member{Name: name, ID: id, Kube: c.Kube, MCS: c.MCS})
+		if o.image == "" {
+			if images[name], err = verify.MCSDImage(ctx, c.Kube, mcsdNamespace); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	image := o.image
+	if image == "" {
+		image = images[names[0]]
+		for name, img := range images {
+			if img != image {
+				fmt.Fprintf(g.streams.ErrOut, "warning: %s runs %s, %s %s; the probes run %s (--image chooses)\n", names[0], image, name, img, image)
+			}
+		}
+	}
+	cells, err := verify.Run(ctx, members, verify.Options{
+		Image: image, Namespace: o.namespace, Timeout: o.timeout, Keep: o.keep,
+		Progress: func(format string, args ...any) { fmt.Fprintf(g.streams.ErrOut, "verify: "+format+"\n", args...) },
+	})
+	if done, perr := o.out.print(g.streams.Out, cells); done {
+		if perr != nil {
+			return perr
+		}
+	} else {
+		w := newTable(g.streams.Out)
+		verify.PrintMatrix(w, names, cells)
+		if ferr := w.Flush(); ferr != nil {
+			return ferr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, c := range cells {
+		if !c.OK() {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed", failed, len(cells))
+	}
+	return nil
+}

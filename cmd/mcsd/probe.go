@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mcsd-io/mcsd/clusterset/verify"
+)
+
+// runProbe is `mcsd probe serve|check`, what kubectl mcs verify runs in
+// pods of mcsd's image: serve answers TCP connections with a line naming
+// the cluster and the pod; check resolves and connects to targets through
+// the pod's DNS and prints one JSON result a target.
+func runProbe(args []string, stdout, stderr io.Writer) int {
+	usage := "usage: mcsd probe serve --listen=:8080 --identity=CLUSTER | mcsd probe check [--timeout=2m] [--expect=TARGET=CLUSTER ...] NAME:PORT ..."
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	fs := pflag.NewFlagSet("mcsd probe "+args[0], pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":8080", "serve: the TCP address to answer on")
+	identity := fs.String("identity", "", "serve: the cluster ID to answer with (the pod's name, $POD_NAME, follows)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "check: how long to try each target")
+	interval := fs.Duration("interval", 500*time.Millisecond, "check: the time between two tries of a target")
+	expect := fs.StringArray("expect", nil, "check: TARGET=CLUSTER, the cluster whose probe the target must reach")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "serve":
+		if *identity == "" {
+			fmt.Fprintln(stderr, "mcsd probe serve: --identity is required")
+			return 2
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcsd probe serve: --listen: %v\n", err)
+			return 1
+		}
+		if err := verify.Serve(ctx, ln, *identity+" "+os.Getenv("POD_NAME")); err != nil {
+			fmt.Fprintf(stderr, "mcsd probe serve: %v\n", err)
+			return 1
+		}
+		return 0
+	case "check":
+		want := map[string]string{}
+		for _, e := range *expect {
+			target, cluster, ok := strings.Cut(e, "=")
+			if !ok {
+				fmt.Fprintf(stderr, "mcsd probe check: --expect %q is not TARGET=CLUSTER\n", e)
+				return 2
+			}
+			want[target] = cluster
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		status := 0
+		enc := json.NewEncoder(stdout)
+		for _, r := range verify.Check(ctx, fs.Args(), want, *interval) {
+			if !r.OK() {
+				status = 1
+			}
+			_ = enc.Encode(r)
+		}
+		return status
+	}
+	fmt.Fprintln(stderr, usage)
+	return 2
+}
