@@ -292,3 +292,32 @@ func env(c corev1.Container, name string) *corev1.EnvVar {
 	}
 	return nil
 }
+
+// Objects come in the order to apply them: the namespace and the priority
+// class before anything that lives in or names them, identities before the
+// workloads that run as them.
+func TestObjectsComeInApplyOrder(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", charts.ManifestValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]int{}
+	for i, o := range objs {
+		if _, ok := first[o.GetKind()]; !ok {
+			first[o.GetKind()] = i
+		}
+	}
+	if objs[0].GetKind() != "Namespace" {
+		t.Errorf("the first object is a %s, want the Namespace", objs[0].GetKind())
+	}
+	for _, pair := range [][2]string{
+		{"PriorityClass", "DaemonSet"}, {"ServiceAccount", "DaemonSet"}, {"RoleBinding", "Deployment"},
+		{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, {"ValidatingAdmissionPolicyBinding", "DaemonSet"},
+	} {
+		before, okB := first[pair[0]]
+		after, okA := first[pair[1]]
+		if !okB || !okA || before > after {
+			t.Errorf("%s (at %d, %v) does not come before %s (at %d, %v)", pair[0], before, okB, pair[1], after, okA)
+		}
+	}
+}
