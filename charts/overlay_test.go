@@ -14,30 +14,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/mcsd-io/mcsd/charts"
+	"github.com/mcsd-io/mcsd/test/fixture"
 )
-
-// readmeOverlay is the overlay of manifests/mcsd the README shows under
-// "Join a cluster": another image and the cluster's pod CIDRs.
-const readmeOverlay = `resources:
-- ../mcsd
-images:
-- name: ghcr.io/mcsd-io/mcsd
-  newName: registry.example.com/mcsd
-  newTag: v1
-patches:
-- patch: |-
-    apiVersion: apps/v1
-    kind: DaemonSet
-    metadata: {name: mcsd-node-agent, namespace: mcsd-system}
-    spec:
-      template:
-        spec:
-          containers:
-          - name: mcsd
-            env:
-            - name: POD_CIDRS
-              value: 10.244.0.0/16
-`
 
 // The README's kustomize overlay and the chart's values for the same
 // settings give the same objects, field for field: an operator may take
@@ -57,7 +35,7 @@ func TestReadmeOverlayIsTheChartWithValues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := fs.WriteFile("/m/member/kustomization.yaml", []byte(readmeOverlay)); err != nil {
+	if err := fs.WriteFile("/m/member/kustomization.yaml", []byte(fixture.MemberOverlay("../mcsd", "registry.example.com/mcsd", "v1", "10.244.0.0/16"))); err != nil {
 		t.Fatal(err)
 	}
 	built, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/m/member")
