@@ -113,17 +113,28 @@ generate:
 	$(DEEPCOPY_GEN) --go-header-file hack/boilerplate.go.txt --output-file zz_generated.deepcopy.go ./apis/about/v1alpha1 ./apis/about/v1beta1
 
 # CRDs: ClusterProperty from apis/about, the mcs-api ones exactly as the
-# sigs.k8s.io/mcs-api module ships them.
+# sigs.k8s.io/mcs-api module ships them; the Helm chart's crds/ the same
+# files. manifests/mcsd: the chart charts/mcsd rendered with its default
+# values (hack/manifests), so the chart is the one place to edit mcsd's
+# member objects.
 manifests:
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./apis/... output:crd:artifacts:config=manifests/crds
 	mcs=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api) && \
 	  for f in multicluster.x-k8s.io_serviceexports.yaml multicluster.x-k8s.io_serviceimports.yaml; do \
 	    install -m 0644 $$mcs/config/crd/$$f manifests/crds/$$f; done
+	rm -f charts/mcsd/crds/*.yaml && \
+	  for f in manifests/crds/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || install -m 0644 $$f charts/mcsd/crds/; done
+	$(GO) run ./hack/manifests -dir manifests/mcsd
 
+# The generated files match their sources, and the chart passes Helm's
+# lint (its Go library: no helm binary needed).
 verify-manifests:
-	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cp -r manifests/crds $$tmp/before && \
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  for d in manifests/crds manifests/mcsd charts/mcsd/crds; do mkdir -p $$tmp/before/$$d && cp -r $$d/. $$tmp/before/$$d; done && \
 	  $(MAKE) --no-print-directory -s manifests >/dev/null && \
-	  if ! diff -r $$tmp/before manifests/crds; then echo "manifests/crds is stale: run make manifests and commit"; exit 1; fi
+	  for d in manifests/crds manifests/mcsd charts/mcsd/crds; do \
+	    if ! diff -r $$tmp/before/$$d $$d; then echo "$$d is stale: run make manifests and commit"; exit 1; fi; done
+	$(GO) test -count=1 ./charts -run 'TestChartPassesHelmLint'
 
 bench: harness-binaries
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(TEST_TIMEOUT) ./...

@@ -89,13 +89,13 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 	}
 }
 
-// nodeAgentPod creates the node agent's pod on node as the DaemonSet
-// controller would (nothing runs it here): a token bound to it names the
-// node.
-func nodeAgentPod(ctx context.Context, t *testing.T, kube kubernetes.Interface, node string) *corev1.Pod {
+// nodeAgentPod creates the node agent's pod in namespace ns on node as the
+// DaemonSet controller would (nothing runs it here): a token bound to it
+// names the node.
+func nodeAgentPod(ctx context.Context, t *testing.T, kube kubernetes.Interface, ns, node string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: "mcsd-node-agent-" + node,
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mcsd-node-agent-" + node,
 			Labels: map[string]string{"app.kubernetes.io/name": "mcsd", "app.kubernetes.io/component": "node-agent"}},
 		Spec: corev1.PodSpec{
 			NodeName:           node,
@@ -111,20 +111,20 @@ func nodeAgentPod(ctx context.Context, t *testing.T, kube kubernetes.Interface, 
 }
 
 // checkNodeReports writes, as the node agent on node (token: bound to its
-// pod), Leases in mcsd's namespace, dry run: its own node's report is
+// pod), Leases in mcsd's namespace ns, dry run: its own node's report is
 // admitted, anything else is refused, and so is its own report written
 // with a token that names no node.
-func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, podToken, node string) {
+func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, ns, podToken, node string) {
 	t.Helper()
 	agent := kubernetes.NewForConfigOrDie(c.TokenConfig(podToken))
-	unbound, err := c.Kube.CoreV1().ServiceAccounts("mcsd-system").CreateToken(ctx, "mcsd-node-agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	unbound, err := c.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "mcsd-node-agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stolen := kubernetes.NewForConfigOrDie(c.TokenConfig(unbound.Status.Token))
 	// The controller's leader-election Lease exists: a node agent must not
 	// take it over.
-	if _, err := c.Kube.CoordinationV1().Leases("mcsd-system").Create(ctx, lease("mcsd-controllers", "someone"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Kube.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-controllers", "someone"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
@@ -135,28 +135,28 @@ func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, pod
 		allowed bool
 	}{
 		{"its own node's report", agent, func(k kubernetes.Interface) error {
-			_, err := k.CoordinationV1().Leases("mcsd-system").Create(ctx, lease("mcsd-node-"+node, node), dry)
+			_, err := k.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-node-"+node, node), dry)
 			return err
 		}, true},
 		{"another node's report", agent, func(k kubernetes.Interface) error {
-			_, err := k.CoordinationV1().Leases("mcsd-system").Create(ctx, lease("mcsd-node-other", "other"), dry)
+			_, err := k.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-node-other", "other"), dry)
 			return err
 		}, false},
 		{"its own report, held by another node", agent, func(k kubernetes.Interface) error {
-			_, err := k.CoordinationV1().Leases("mcsd-system").Create(ctx, lease("mcsd-node-"+node, "other"), dry)
+			_, err := k.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-node-"+node, "other"), dry)
 			return err
 		}, false},
 		{"the controller's leader-election Lease", agent, func(k kubernetes.Interface) error {
-			l, err := k.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-controllers", metav1.GetOptions{})
+			l, err := k.CoordinationV1().Leases(ns).Get(ctx, "mcsd-controllers", metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			l.Spec.HolderIdentity = ptr.To(node)
-			_, err = k.CoordinationV1().Leases("mcsd-system").Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			_, err = k.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}, false},
 		{"its own node's report with a token bound to no pod", stolen, func(k kubernetes.Interface) error {
-			_, err := k.CoordinationV1().Leases("mcsd-system").Create(ctx, lease("mcsd-node-"+node, node), dry)
+			_, err := k.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-node-"+node, node), dry)
 			return err
 		}, false},
 	} {
@@ -173,6 +173,6 @@ func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, pod
 	}
 }
 
-func lease(name, holder string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+func lease(ns, name, holder string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
 }

@@ -133,14 +133,14 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		// The node agent as its DaemonSet runs it: with a token bound to
 		// its pod on the node, as the kubelet mounts it, so that the API
 		// server names the node in it.
-		agentPod := nodeAgentPod(ctx, t, c.Kube, m.node.Name)
+		agentPod := nodeAgentPod(ctx, t, c.Kube, "mcsd-system", m.node.Name)
 		token = strings.TrimSpace(run("kubectl", "--context", c.Name, "-n", "mcsd-system", "create", "token", "mcsd-node-agent", "--duration=1h",
 			"--bound-object-kind=Pod", "--bound-object-name="+agentPod.Name, "--bound-object-uid="+string(agentPod.UID)))
 		agentKubeconfig := filepath.Join(cs.Dir, c.Name+"-mcsd-node-agent.kubeconfig")
 		if err := c.WriteKubeconfig(agentKubeconfig, c.TokenConfig(token)); err != nil {
 			t.Fatal(err)
 		}
-		checkNodeReports(ctx, t, c, token, m.node.Name)
+		checkNodeReports(ctx, t, c, "mcsd-system", token, m.node.Name)
 		health = freeAddr(t)
 		m.agentHealth = "http://" + health
 		env := map[string]string{"POD_IP": m.node.IP.String(), "NODE_NAME": m.node.Name, "POD_CIDRS": c.PodCIDR.String()}
@@ -213,18 +213,8 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 	}
 
 	// Nothing either identity did was refused.
-	forbidden := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|delete) resource|denied request`)
 	for _, m := range members {
-		for _, prog := range []*harness.Program{m.ctrl, m.agent} {
-			data, err := os.ReadFile(prog.LogPath())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if loc := forbidden.FindIndex(data); loc != nil {
-				start, end := max(loc[0]-300, 0), min(loc[1]+300, len(data))
-				t.Errorf("%s was refused something:\n%s", prog.LogPath(), data[start:end])
-			}
-		}
+		checkNothingRefused(t, m.ctrl, m.agent)
 		if _, err := m.cluster.Kube.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-node-"+m.node.Name, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: the node agent wrote no report of its node: %v", m.cluster.Name, err)
 		}
@@ -260,6 +250,23 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		Name: "not-mine", Labels: map[string]string{mcsv1beta1.LabelSourceCluster: importing.id}}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		t.Errorf("%s wrote a record labelled with %s's cluster ID: %v", exporting.cluster.Name, importing.cluster.Name, err)
+	}
+}
+
+// checkNothingRefused fails the test when a program's log says the API
+// server refused it something.
+func checkNothingRefused(t *testing.T, progs ...*harness.Program) {
+	t.Helper()
+	forbidden := regexp.MustCompile(`(?i)forbidden|cannot (get|list|watch|create|update|delete) resource|denied request`)
+	for _, prog := range progs {
+		data, err := os.ReadFile(prog.LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc := forbidden.FindIndex(data); loc != nil {
+			start, end := max(loc[0]-300, 0), min(loc[1]+300, len(data))
+			t.Errorf("%s was refused something:\n%s", prog.LogPath(), data[start:end])
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsd-io/mcsd/manifests"
+	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/images"
 )
 
@@ -31,8 +32,7 @@ const (
 	controllerSelector = mcsdSelector + ",app.kubernetes.io/component=controller"
 	mcsdDNS            = "mcsd-dns"
 	// mcsdDNSPort is the node agent's DNS port on its node's address.
-	mcsdDNSPort  = 10271
-	shippedImage = "ghcr.io/mcsd-io/mcsd"
+	mcsdDNSPort = 10271
 )
 
 // installBroker installs the broker as the README says.
@@ -48,29 +48,6 @@ func (w *world) join(ctx context.Context, m *member) error {
 		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer())
 	return err
 }
-
-// overlay is the kustomization the README's "Join a cluster" shows: the
-// shipped manifests, the image override and the cluster's pod CIDRs.
-var overlay = template.Must(template.New("overlay").Parse(`resources:
-- {{.Base}}
-images:
-- name: {{.Shipped}}
-  newName: {{.Name}}
-  newTag: {{.Tag}}
-patches:
-- patch: |-
-    apiVersion: apps/v1
-    kind: DaemonSet
-    metadata: {name: mcsd-node-agent, namespace: mcsd-system}
-    spec:
-      template:
-        spec:
-          containers:
-          - name: mcsd
-            env:
-            - name: POD_CIDRS
-              value: {{.PodCIDRs}}
-`))
 
 // applyMCSD applies the CRDs (kubectl apply -k manifests/crds, as the
 // README's install does first), writes the member's overlay for img and
@@ -90,11 +67,7 @@ func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) erro
 	if !ok {
 		return fmt.Errorf("image reference %q has no tag", img.Ref)
 	}
-	var b strings.Builder
-	if err := overlay.Execute(&b, map[string]string{"Base": base, "Shipped": shippedImage, "Name": name, "Tag": tag, "PodCIDRs": m.PodCIDR.String()}); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fixture.MemberOverlay(base, name, tag, m.PodCIDR.String())), 0o644); err != nil {
 		return err
 	}
 	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", "manifests/crds"); err != nil {

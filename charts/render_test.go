@@ -1,0 +1,323 @@
+package charts_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/mcsd-io/mcsd/charts"
+)
+
+// Helm's own linter finds nothing to warn about, with the default values
+// and with every value set.
+func TestChartPassesHelmLint(t *testing.T) {
+	for name, values := range map[string]map[string]any{"default values": nil, "every value set": everyValue()} {
+		t.Run(name, func(t *testing.T) {
+			result := lint.RunAll("mcsd", values, "mcsd-system")
+			for _, m := range result.Messages {
+				t.Log(m)
+			}
+			if result.HighestSeverity >= support.WarningSev {
+				t.Fatalf("helm lint: %d messages, the worst of severity %d", len(result.Messages), result.HighestSeverity)
+			}
+		})
+	}
+}
+
+// manifests/mcsd is the chart's rendering with the default values: editing
+// either alone fails here (make manifests writes it).
+func TestManifestsAreTheChartsRendering(t *testing.T) {
+	want, err := charts.Manifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range want {
+		got, err := os.ReadFile(filepath.Join("..", "manifests", "mcsd", name))
+		if err != nil {
+			t.Errorf("manifests/mcsd/%s: %v (run make manifests)", name, err)
+			continue
+		}
+		if string(got) != string(data) {
+			t.Errorf("manifests/mcsd/%s is not the chart's rendering: run make manifests", name)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join("..", "manifests", "mcsd", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := want[filepath.Base(file)]; !ok && strings.HasPrefix(string(data), charts.GeneratedMarker) {
+			t.Errorf("%s was generated from a template the chart no longer has: run make manifests", file)
+		}
+	}
+}
+
+// The crds/ directory of the chart holds the CRDs of manifests/crds, byte
+// for byte.
+func TestChartCRDsAreManifestsCRDs(t *testing.T) {
+	c, err := charts.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range c.CRDObjects() {
+		got = append(got, filepath.Base(f.Filename))
+		want, err := os.ReadFile(filepath.Join("..", "manifests", "crds", filepath.Base(f.Filename)))
+		if err != nil {
+			t.Errorf("%s: %v", f.Filename, err)
+			continue
+		}
+		if string(want) != string(f.File.Data) {
+			t.Errorf("%s differs from manifests/crds: run make manifests", f.Filename)
+		}
+	}
+	want, err := filepath.Glob(filepath.Join("..", "manifests", "crds", "*_*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) != 3 {
+		t.Errorf("the chart has CRDs %v, manifests/crds %v", got, want)
+	}
+}
+
+// everyValue sets every value of the chart away from its default.
+func everyValue() map[string]any {
+	return map[string]any{
+		"image":           map[string]any{"repository": "registry.example.com/mcsd", "tag": "v1.2.3", "pullPolicy": "Always"},
+		"namespace":       map[string]any{"create": true},
+		"clusterID":       "east",
+		"podCIDRs":        []any{"10.244.0.0/16", "fd00:10:244::/56"},
+		"clustersetCIDRs": []any{"10.96.0.0/12"},
+		"vipBlockBits":    map[string]any{"ipv4": 20, "ipv6": 80},
+		"ipFamilies":      []any{"IPv4"},
+		"ports":           map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
+		"metrics":         map[string]any{"bindAddress": "$(POD_IP)"},
+		"priorityClass":   map[string]any{"create": false, "name": "system-node-critical"},
+		"logVerbosity":    4,
+		"nodeAgent": map[string]any{
+			"resources":    map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}},
+			"tolerations":  []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "net", "effect": "NoSchedule"}},
+			"nodeSelector": map[string]any{"kubernetes.io/os": "linux"},
+			"extraArgs":    []any{"--proxier-mode=auto"},
+		},
+		"controller": map[string]any{
+			"replicas":     3,
+			"brokerSecret": "broker-east",
+			"resources":    map[string]any{"limits": map[string]any{"memory": "2Gi"}},
+			"tolerations":  []any{map[string]any{"key": "CriticalAddonsOnly", "operator": "Exists"}},
+			"nodeSelector": map[string]any{"node-role.kubernetes.io/control-plane": ""},
+			"extraArgs":    []any{"--exporter-workers=8"},
+		},
+	}
+}
+
+// Every value reaches the objects it is for, in the release's namespace.
+func TestValuesReachTheirObjects(t *testing.T) {
+	objs, err := charts.Objects("mcs", everyValue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	var deploy appsv1.Deployment
+	var ns corev1.Namespace
+	var binding rbacv1.RoleBinding
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmission") && o.GetKind() != "PriorityClass" && o.GetNamespace() != "mcs" {
+			t.Errorf("%s %s is in namespace %q, want the release's, mcs", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		switch o.GetKind() {
+		case "DaemonSet":
+			convert(t, o, &ds)
+		case "Deployment":
+			convert(t, o, &deploy)
+		case "Namespace":
+			convert(t, o, &ns)
+		case "RoleBinding":
+			if o.GetName() == "mcsd-controller" {
+				convert(t, o, &binding)
+			}
+		case "ValidatingAdmissionPolicy":
+			expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			if len(expr) != 1 || !strings.Contains(expr[0].(map[string]any)["expression"].(string), `"system:serviceaccount:mcs:mcsd-node-agent"`) {
+				t.Errorf("the node-report policy matches %v, want the node agent of namespace mcs", expr)
+			}
+		}
+	}
+	if kinds["PriorityClass"] != 0 {
+		t.Errorf("priorityClass.create false rendered a PriorityClass")
+	}
+	if ns.Name != "mcs" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %q labelled %v, want mcs enforcing privileged", ns.Name, ns.Labels)
+	}
+	if len(binding.Subjects) != 1 || binding.Subjects[0].Namespace != "mcs" {
+		t.Errorf("the controller's RoleBinding binds %v, want its ServiceAccount in mcs", binding.Subjects)
+	}
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 3 {
+		t.Errorf("controller replicas %v, want 3", deploy.Spec.Replicas)
+	}
+
+	agent, ctrl := ds.Spec.Template.Spec, deploy.Spec.Template.Spec
+	for _, tc := range []struct {
+		what string
+		spec corev1.PodSpec
+		args []string
+	}{
+		{"node agent", agent, []string{
+			"--leader-elect-namespace=mcs", "--dns-listen=[$(POD_IP)]:20053", "--health-address=[$(POD_IP)]:20054",
+			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
+			"--v=4", "--proxier-mode=auto"}},
+		{"controller", ctrl, []string{
+			"--broker-secret=mcs/broker-east", "--leader-elect-namespace=mcs", "--health-address=:20054",
+			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
+			"--vip-block-bits-ipv4=20", "--vip-block-bits-ipv6=80", "--v=4", "--exporter-workers=8"}},
+	} {
+		c := tc.spec.Containers[0]
+		for _, a := range tc.args {
+			if !slices.Contains(c.Args, a) {
+				t.Errorf("%s: no %s in %q", tc.what, a, c.Args)
+			}
+		}
+		if c.Image != "registry.example.com/mcsd:v1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
+			t.Errorf("%s: image %s (%s)", tc.what, c.Image, c.ImagePullPolicy)
+		}
+		if tc.spec.PriorityClassName != "system-node-critical" {
+			t.Errorf("%s: priority class %q", tc.what, tc.spec.PriorityClassName)
+		}
+		if env(c, "POD_IP") == nil {
+			t.Errorf("%s: no POD_IP for --metrics-address", tc.what)
+		}
+	}
+	if e := env(agent.Containers[0], "POD_CIDRS"); e == nil || e.Value != "10.244.0.0/16,fd00:10:244::/56" {
+		t.Errorf("node agent's POD_CIDRS: %v", e)
+	}
+	if got := agent.Containers[0].Ports; len(got) != 3 || got[0].ContainerPort != 20053 || got[1].ContainerPort != 20053 || got[2].ContainerPort != 20054 {
+		t.Errorf("node agent's ports: %v", got)
+	}
+	if got := agent.Containers[0].Resources.Requests.Memory().String(); got != "128Mi" {
+		t.Errorf("node agent's memory request %s", got)
+	}
+	if got := ctrl.Containers[0].Resources.Limits.Memory().String(); got != "2Gi" {
+		t.Errorf("controller's memory limit %s", got)
+	}
+	if len(agent.Tolerations) != 1 || agent.Tolerations[0].Key != "dedicated" || agent.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("node agent's tolerations %v, node selector %v", agent.Tolerations, agent.NodeSelector)
+	}
+	if len(ctrl.Tolerations) != 1 || ctrl.Tolerations[0].Key != "CriticalAddonsOnly" {
+		t.Errorf("controller's tolerations %v", ctrl.Tolerations)
+	}
+	if _, ok := ctrl.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("controller's node selector %v", ctrl.NodeSelector)
+	}
+}
+
+// An IPv6 metrics address is bracketed; without the namespace value Objects
+// leaves the namespace to whoever installs (helm install's way).
+func TestMetricsBindAddressAndNamespace(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", map[string]any{"metrics": map[string]any{"bindAddress": "::1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			t.Errorf("a Namespace without namespace.create")
+		}
+		if o.GetKind() == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			convert(t, o, &ds)
+			if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--metrics-address=[::1]:10273") {
+				t.Errorf("args %q", ds.Spec.Template.Spec.Containers[0].Args)
+			}
+		}
+	}
+}
+
+// Values of the wrong shape are refused with the value's name, before
+// anything is rendered.
+func TestBadValuesAreRefused(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"port out of range":       {map[string]any{"ports": map[string]any{"dns": 70000}}, "ports"},
+		"port as text":            {map[string]any{"ports": map[string]any{"health": "http"}}, "health"},
+		"unknown IP family":       {map[string]any{"ipFamilies": []any{"IPv5"}}, "ipFamilies"},
+		"pod CIDRs as one string": {map[string]any{"podCIDRs": "10.0.0.0/8"}, "podCIDRs"},
+		"negative replicas":       {map[string]any{"controller": map[string]any{"replicas": -1}}, "replicas"},
+		"unknown pull policy":     {map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		"misspelt value":          {map[string]any{"clusterId": "east"}, "clusterId"},
+		"cluster ID not a label":  {map[string]any{"clusterID": "East_1"}, "clusterID"},
+		"block bits out of range": {map[string]any{"vipBlockBits": map[string]any{"ipv4": 33}}, "ipv4"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := charts.Render("mcsd-system", tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Render: %v, want an error naming %s", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+	if _, err := charts.Render("", nil); err == nil {
+		t.Errorf("Render without a namespace: no error")
+	}
+}
+
+func convert(t *testing.T, o *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+	}
+}
+
+func env(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// Objects come in the order to apply them: the namespace and the priority
+// class before anything that lives in or names them, identities before the
+// workloads that run as them.
+func TestObjectsComeInApplyOrder(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", charts.ManifestValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]int{}
+	for i, o := range objs {
+		if _, ok := first[o.GetKind()]; !ok {
+			first[o.GetKind()] = i
+		}
+	}
+	if objs[0].GetKind() != "Namespace" {
+		t.Errorf("the first object is a %s, want the Namespace", objs[0].GetKind())
+	}
+	for _, pair := range [][2]string{
+		{"PriorityClass", "DaemonSet"}, {"ServiceAccount", "DaemonSet"}, {"RoleBinding", "Deployment"},
+		{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, {"ValidatingAdmissionPolicyBinding", "DaemonSet"},
+	} {
+		before, okB := first[pair[0]]
+		after, okA := first[pair[1]]
+		if !okB || !okA || before > after {
+			t.Errorf("%s (at %d, %v) does not come before %s (at %d, %v)", pair[0], before, okB, pair[1], after, okA)
+		}
+	}
+}
