@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -195,7 +194,7 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 	if err != nil {
 		return res, err
 	}
-	stopForward, err := forwardLoopback(node, server.Host)
+	stopForward, err := node.ForwardLoopback(server.Host)
 	if err != nil {
 		return res, err
 	}
@@ -298,40 +297,6 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// forwardLoopback listens on address inside the node's namespace and
-// forwards every connection to the same address in this process's own
-// namespace.
-func forwardLoopback(node *harness.Node, address string) (func(), error) {
-	l, err := node.NS.Listen("tcp", address)
-	if err != nil {
-		return nil, err
-	}
-	var conns sync.WaitGroup
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				defer in.Close()
-				out, err := net.Dial("tcp", address)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	return func() { _ = l.Close() }, nil
-}
 
 // metricsScraper returns a function that reads kube-proxy's IPv4 metrics,
 // as "name" -> value for the unlabelled or ip_family="IPv4" samples.
