@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"time"
 
@@ -81,13 +80,7 @@ func kubeProxyOnSameObjects(ctx context.Context, cs *harness.ClusterSet, m *fixt
 	if err != nil {
 		return res, err
 	}
-	// The kubeconfig names the API server on 127.0.0.1, which inside the
-	// node is the node's own loopback.
-	server, err := url.Parse(m.Server())
-	if err != nil {
-		return res, err
-	}
-	stopForward, err := node.ForwardLoopback(server.Host)
+	stopForward, err := node.ForwardAPIServer()
 	if err != nil {
 		return res, err
 	}
@@ -95,21 +88,8 @@ func kubeProxyOnSameObjects(ctx context.Context, cs *harness.ClusterSet, m *fixt
 	// nsenter execs kube-proxy in its own process: the program's usage is
 	// kube-proxy's.
 	began := time.Now()
-	kp, err := cs.StartProgram("kube-proxy-"+sc.String(), "nsenter", "--net="+netns.Path(node.NS.Name), "--", bin,
-		"--kubeconfig="+m.KubeconfigPath,
-		"--proxy-mode=nftables",
-		"--hostname-override="+node.Name,
-		"--cluster-cidr="+m.PodCIDR.String(),
-		"--metrics-bind-address=127.0.0.1:10249",
-		"--healthz-bind-address=127.0.0.1:10256",
-		// Leave the host's conntrack sysctls alone.
-		"--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0",
-		"--conntrack-tcp-timeout-close-wait=0",
-		"--conntrack-udp-timeout=0",
-		"--conntrack-udp-timeout-stream=0",
-		"--v=2",
-	)
+	kp, err := cs.StartProgram("kube-proxy-"+sc.String(), "nsenter",
+		append([]string{"--net=" + netns.Path(node.NS.Name), "--", bin}, node.KubeProxyArgs("nftables", "127.0.0.1:10249", "127.0.0.1:10256")...)...)
 	if err != nil {
 		return res, err
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -187,14 +186,9 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 	if _, err := node.NS.Exec(bin, "--cleanup"); err != nil {
 		return res, fmt.Errorf("kube-proxy --cleanup: %w", err)
 	}
-	// The kubeconfig names the API server on 127.0.0.1, which inside the
-	// node's namespace is the node's own loopback: forward that port to the
-	// real one.
-	server, err := url.Parse(c.Server())
-	if err != nil {
-		return res, err
-	}
-	stopForward, err := node.ForwardLoopback(server.Host)
+	// The kubeconfig names the API server on 127.0.0.1: inside the node
+	// that is the node's own loopback.
+	stopForward, err := node.ForwardAPIServer()
 	if err != nil {
 		return res, err
 	}
@@ -208,21 +202,7 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 	defer logFile.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := node.NS.Command(runCtx, bin,
-		"--kubeconfig="+c.KubeconfigPath,
-		"--proxy-mode="+mode,
-		"--hostname-override="+node.Name,
-		"--cluster-cidr="+c.PodCIDR.String(),
-		"--metrics-bind-address="+kubeProxyMetrics,
-		"--healthz-bind-address="+kubeProxyHealthz,
-		// Leave the host's conntrack sysctls alone.
-		"--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0",
-		"--conntrack-tcp-timeout-close-wait=0",
-		"--conntrack-udp-timeout=0",
-		"--conntrack-udp-timeout-stream=0",
-		"--v=2",
-	)
+	cmd := node.NS.Command(runCtx, bin, node.KubeProxyArgs(mode, kubeProxyMetrics, kubeProxyHealthz)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
