@@ -74,6 +74,12 @@ func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *s
 		}
 		info.targetPorts[mcsslice.ServicePortKey(name, protocol)] = *p.Port
 	}
+	// Room for every endpoint at once: grown by appending, a slice's
+	// endpoints would take up to twice their size for as long as the slice
+	// is cached, on every node.
+	if len(slice.Endpoints) > 0 {
+		info.endpoints = make([]sliceEndpoint, 0, len(slice.Endpoints))
+	}
 	for _, ep := range slice.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
@@ -119,10 +125,12 @@ func triggerTime(slice *discoveryv1.EndpointSlice) time.Time {
 // endpoint is one backend of one service port: an address, the port to
 // DNAT to, and where it lives.
 type endpoint struct {
-	ip                          netip.Addr
+	ip       netip.Addr
+	cluster  string
+	nodeName string
+	// port after the strings: 64 bytes instead of 72, times every endpoint
+	// of every service port the proxier keeps.
 	port                        int32
-	cluster                     string
-	nodeName                    string
 	ready, serving, terminating bool
 }
 
