@@ -169,7 +169,8 @@ MCSD_SCALE ?= 3x10000x1,50x1000x10
 MCSD_BULK ?= 200
 .PHONY: bench-scale
 bench-scale: harness-binaries
-	MCSD_SCALE=$(MCSD_SCALE) $(GO) test -run '^$$' -bench BenchmarkClusterset -benchtime 1x -count=1 -timeout 90m ./test/scale/
+	MCSD_SCALE=$(MCSD_SCALE) MCSD_SCALE_KUBE_PROXY=$$(bash test/tools/build.sh $(MCSD_CACHE)/k8s kube-proxy)/kube-proxy \
+	  $(GO) test -run '^$$' -bench BenchmarkClusterset -benchtime 1x -count=1 -timeout 90m ./test/scale/
 
 # MCSD_BULK ServiceExports (default 200) created at once in one of three
 # clusters, each with an mcsd, per stage, beside a plain writer (root).

@@ -126,8 +126,11 @@ type service struct {
 	vips            []netip.Addr // spec.ips
 	ports           []servicePort
 	// endpoints are the ready endpoint addresses, each once, in the order of
-	// the slices' names.
+	// the slices' names; only of a service that answers with them (headless,
+	// or without ClusterSetIPs).
 	endpoints []endpointAddr
+	// nEndpoints is how many distinct ready endpoint addresses it has.
+	nEndpoints int
 	// hosts are the <hostname>.<clusterid> names of a headless service's
 	// ready endpoints, sorted, with their addresses.
 	hosts []host
@@ -162,7 +165,7 @@ type host struct {
 // without ready endpoints does not (NXDOMAIN, as the spec says).
 func (s *service) exists() bool {
 	if s.headless {
-		return len(s.endpoints) > 0
+		return s.nEndpoints > 0
 	}
 	return !s.pending
 }
@@ -251,15 +254,24 @@ type importState struct {
 }
 
 // sliceState is what the Index keeps of an MCS EndpointSlice: its source
-// cluster and its ready endpoints.
+// cluster and the addresses of its ready endpoints, flat, so that a slice
+// costs the same few allocations however many endpoints it has (with
+// hundreds of thousands of endpoints on a node, a small slice per endpoint
+// was most of the Index).
 type sliceState struct {
-	cluster   string
-	endpoints []readyEndpoint
+	cluster string
+	addrs   []netip.Addr
+	// hostnames[i] is the hostname of the endpoint addrs[i] belongs to ("":
+	// none); nil when no endpoint of the slice has one.
+	hostnames []string
 }
 
-type readyEndpoint struct {
-	hostname string // "" when the endpoint has none
-	addrs    []netip.Addr
+// hostname is the hostname of the endpoint of the i-th address.
+func (st *sliceState) hostname(i int) string {
+	if st.hostnames == nil {
+		return ""
+	}
+	return st.hostnames[i]
 }
 
 func newImportState(si *mcsv1beta1.ServiceImport, logger klog.Logger) *importState {
@@ -303,13 +315,23 @@ func newSliceState(es *discoveryv1.EndpointSlice, cluster string, logger klog.Lo
 	if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
 		return st
 	}
+	n := 0
+	for _, ep := range es.Endpoints {
+		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			n += len(ep.Addresses)
+		}
+	}
+	if n == 0 {
+		return st
+	}
+	st.addrs = make([]netip.Addr, 0, n)
 	for _, ep := range es.Endpoints {
 		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
 			continue
 		}
-		re := readyEndpoint{}
+		hostname := ""
 		if ep.Hostname != nil {
-			re.hostname = strings.ToLower(*ep.Hostname)
+			hostname = strings.ToLower(*ep.Hostname)
 		}
 		for _, s := range ep.Addresses {
 			a, err := netip.ParseAddr(s)
@@ -317,10 +339,13 @@ func newSliceState(es *discoveryv1.EndpointSlice, cluster string, logger klog.Lo
 				logger.V(4).Info("Ignoring an endpoint address that is not an IP address", "endpointSlice", klog.KObj(es), "address", s)
 				continue
 			}
-			re.addrs = append(re.addrs, a.Unmap())
-		}
-		if len(re.addrs) > 0 {
-			st.endpoints = append(st.endpoints, re)
+			if hostname != "" && st.hostnames == nil {
+				st.hostnames = make([]string, len(st.addrs), n)
+			}
+			st.addrs = append(st.addrs, a.Unmap())
+			if st.hostnames != nil {
+				st.hostnames = append(st.hostnames, hostname)
+			}
 		}
 	}
 	return st
@@ -349,28 +374,32 @@ func buildService(key serviceKey, imp *importState, slicesByName map[string]*sli
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	// Only a headless service, or one without ClusterSetIPs, answers
+	// with its endpoints' addresses: a ClusterSetIP service counts them.
+	keep := s.headless || len(s.vips) == 0
 	seen := map[netip.Addr]bool{}
 	hostAddrs := map[hostKey][]netip.Addr{}
 	for _, n := range names {
 		sl := slicesByName[n]
-		for _, ep := range sl.endpoints {
-			for _, a := range ep.addrs {
-				if !seen[a] {
-					seen[a] = true
+		for i, a := range sl.addrs {
+			if !seen[a] {
+				seen[a] = true
+				s.nEndpoints++
+				if keep {
 					s.endpoints = append(s.endpoints, endpointAddr{addr: a, cluster: sl.cluster})
 				}
-				if !s.headless || !isLabel(sl.cluster) {
-					// A ClusterSetIP service has no endpoint names; nor
-					// do endpoints of a cluster whose ID is not a label.
-					continue
-				}
-				hk := hostKey{hostname: ep.hostname, cluster: sl.cluster}
-				if hk.hostname == "" {
-					hk.hostname = dashedAddr(a)
-				}
-				if !slices.Contains(hostAddrs[hk], a) {
-					hostAddrs[hk] = append(hostAddrs[hk], a)
-				}
+			}
+			if !s.headless || !isLabel(sl.cluster) {
+				// A ClusterSetIP service has no endpoint names; nor
+				// do endpoints of a cluster whose ID is not a label.
+				continue
+			}
+			hk := hostKey{hostname: sl.hostname(i), cluster: sl.cluster}
+			if hk.hostname == "" {
+				hk.hostname = dashedAddr(a)
+			}
+			if !slices.Contains(hostAddrs[hk], a) {
+				hostAddrs[hk] = append(hostAddrs[hk], a)
 			}
 		}
 	}
@@ -475,7 +504,7 @@ func (x *Index) setSlice(es *discoveryv1.EndpointSlice) {
 	}
 	bySlice[es.Name] = st
 	x.sliceOwner[ref] = key
-	x.logger.V(4).Info("Updating DNS records from an EndpointSlice", "endpointSlice", klog.KObj(es), "service", key.name, "cluster", cluster, "readyEndpoints", len(st.endpoints))
+	x.logger.V(4).Info("Updating DNS records from an EndpointSlice", "endpointSlice", klog.KObj(es), "service", key.name, "cluster", cluster, "readyAddresses", len(st.addrs))
 	x.publish(key)
 }
 
@@ -592,7 +621,7 @@ func endpointCount(s *service) int {
 	if s == nil {
 		return 0
 	}
-	return len(s.endpoints)
+	return s.nEndpoints
 }
 
 // syncMap is a typed sync.Map. Loads take no lock.

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -25,9 +26,26 @@ type sliceInfo struct {
 	// has none (it serves every port it names), empty when it could not be
 	// decoded (it serves none).
 	servicePorts mcsslice.ServicePorts
-	// targetPorts maps mcsslice.ServicePortKey(name, protocol) to the endpoints' port.
-	targetPorts map[string]int32
+	// targetPorts are the endpoints' ports by mcsslice.ServicePortKey(name,
+	// protocol), each key once: a slice names a few ports, and a map for
+	// them would cost more than its endpoints on every node.
+	targetPorts []targetPort
 	endpoints   []sliceEndpoint
+}
+
+type targetPort struct {
+	key  string
+	port int32
+}
+
+// targetPort returns the endpoints' port for a service port key.
+func (s *sliceInfo) targetPort(key string) (int32, bool) {
+	for _, t := range s.targetPorts {
+		if t.key == key {
+			return t.port, true
+		}
+	}
+	return 0, false
 }
 
 // sliceEndpoint is one endpoint of a slice.
@@ -51,9 +69,8 @@ func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *s
 	}
 	service = types.NamespacedName{Namespace: slice.Namespace, Name: name}
 	info = &sliceInfo{
-		name:        slice.Name,
-		cluster:     slice.Labels[mcsv1beta1.LabelSourceCluster],
-		targetPorts: map[string]int32{},
+		name:    slice.Name,
+		cluster: slice.Labels[mcsv1beta1.LabelSourceCluster],
 	}
 	if value, found := slice.Annotations[mcsslice.ServicePortsAnnotation]; found {
 		info.servicePorts, decodeErr = mcsslice.DecodeServicePorts(value)
@@ -72,7 +89,18 @@ func newSliceInfo(slice *discoveryv1.EndpointSlice, family v1.IPFamily) (info *s
 		if p.Protocol != nil {
 			protocol = *p.Protocol
 		}
-		info.targetPorts[mcsslice.ServicePortKey(name, protocol)] = *p.Port
+		key := mcsslice.ServicePortKey(name, protocol)
+		if i := slices.IndexFunc(info.targetPorts, func(t targetPort) bool { return t.key == key }); i >= 0 {
+			info.targetPorts[i].port = *p.Port
+			continue
+		}
+		info.targetPorts = append(info.targetPorts, targetPort{key: key, port: *p.Port})
+	}
+	// Room for every endpoint at once: grown by appending, a slice's
+	// endpoints would take up to twice their size for as long as the slice
+	// is cached, on every node.
+	if len(slice.Endpoints) > 0 {
+		info.endpoints = make([]sliceEndpoint, 0, len(slice.Endpoints))
 	}
 	for _, ep := range slice.Endpoints {
 		if len(ep.Addresses) == 0 {
@@ -119,10 +147,12 @@ func triggerTime(slice *discoveryv1.EndpointSlice) time.Time {
 // endpoint is one backend of one service port: an address, the port to
 // DNAT to, and where it lives.
 type endpoint struct {
-	ip                          netip.Addr
+	ip       netip.Addr
+	cluster  string
+	nodeName string
+	// port after the strings: 64 bytes instead of 72, times every endpoint
+	// of every service port the proxier keeps.
 	port                        int32
-	cluster                     string
-	nodeName                    string
 	ready, serving, terminating bool
 }
 
@@ -151,7 +181,7 @@ func endpointsFor(p servicePort, slices []*sliceInfo) []endpoint {
 	seen := make(map[netip.AddrPort]int, n)
 	eps := make([]endpoint, 0, n)
 	for _, s := range slices {
-		target, ok := s.targetPorts[key]
+		target, ok := s.targetPort(key)
 		if !ok {
 			continue
 		}

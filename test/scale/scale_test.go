@@ -139,6 +139,20 @@ func run(b *testing.B, sc scenario) result {
 	res.plainAPIServerCPU = m.APIServerUsage().CPU - plainCPU
 	b.Logf("%s: the plain writer imported everything in %v", sc, res.plainWrite.Round(time.Millisecond))
 
+	// kube-proxy's memory on the same services and endpoints as plain
+	// Services and EndpointSlices, also before mcsd starts (and gone
+	// again when it does): the reference for the data plane's.
+	if bin := os.Getenv(kubeProxyBinaryEnv); bin != "" {
+		kp, err := kubeProxyOnSameObjects(ctx, cs, m, bin, sc, clusters)
+		if err != nil {
+			b.Fatalf("kube-proxy: %v", err)
+		}
+		res.kubeProxy = &kp
+		b.Logf("%s: kube-proxy synced every service in %v; RSS %s (peak %s)", sc, kp.synced.Round(time.Millisecond), mib(kp.usage.RSS), mib(kp.usage.PeakRSS))
+	} else {
+		b.Logf("kube-proxy: not run (%s is not set; make bench-scale sets it)", kubeProxyBinaryEnv)
+	}
+
 	// mcsd with its defaults, as two processes so that each one's memory
 	// is measured: the importer (the elected replica's job) and a node's
 	// data plane (every replica's). One process running both shares the

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/test/fixture"
@@ -52,26 +51,9 @@ func plainImportAll(ctx context.Context, m *fixture.Member, sc scenario, cluster
 		if err := m.MCS.MulticlusterV1beta1().ServiceImports(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			return 0, err
 		}
-		if err := m.Kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
-			return 0, err
-		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := m.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ns := range list.Items {
-			for i := range namespaces {
-				if ns.Name == plainNamespaceOf(i) {
-					return false, nil
-				}
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("the plain writer's namespaces were not deleted: %w", err)
+	if err := deleteNamespaces(ctx, m.Kube, plainNamespaceOf); err != nil {
+		return 0, fmt.Errorf("the plain writer's objects: %w", err)
 	}
 	return took, nil
 }

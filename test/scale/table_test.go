@@ -69,6 +69,10 @@ type result struct {
 	cpu      map[string]time.Duration
 	brokerDB int64
 
+	// kubeProxy is kube-proxy on the same objects; nil when it was not
+	// run.
+	kubeProxy *kubeProxyResult
+
 	flipWrites, flipConfigMapWrites float64
 	dnsGone, nftGone                time.Duration
 	partialSync                     time.Duration // the proxier's mean partial sync meanwhile
@@ -114,10 +118,26 @@ func printTable(w io.Writer, rows []result) {
 			r.flipWrites, r.flipConfigMapWrites, r.dnsGone.Seconds(), r.nftGone.Seconds(), r.partialSync.Seconds(), r.cleanup.Seconds(), r.cleanupRate)
 	}
 	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "clusters x services x endpoints\tdata plane RSS (peak)\tkube-proxy RSS (peak)\tdata plane / kube-proxy: RSS (peak)\tkube-proxy synced after\t")
+	for _, r := range rows {
+		if r.kubeProxy == nil {
+			fmt.Fprintf(tw, "%s\t%s (%s)\tnot run\t\t\t\n", r.scenario, mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS))
+			continue
+		}
+		kp := r.kubeProxy.usage
+		fmt.Fprintf(tw, "%s\t%s (%s)\t%s (%s)\t%.2fx (%.2fx)\t%.1f s\t\n", r.scenario, mib(r.dataPlane.RSS), mib(r.dataPlane.PeakRSS), mib(kp.RSS), mib(kp.PeakRSS),
+			float64(r.dataPlane.RSS)/float64(kp.RSS), float64(r.dataPlane.PeakRSS)/float64(kp.PeakRSS), r.kubeProxy.synced.Seconds())
+	}
+	tw.Flush()
 	fmt.Fprintln(w, "import converged: mcsd start -> every ServiceImport with every cluster in its status and every EndpointSlice written.")
 	fmt.Fprintln(w, "plain writer: the same ServiceImports, statuses and EndpointSlices written to the same API server by a plain client, 4 services at a time")
 	fmt.Fprintln(w, "  (the importer's workers) with mcsd's client limits, before mcsd starts; ratio: import converged / plain writer.")
 	fmt.Fprintln(w, "CPU s: CPU time of each process from mcsd's start to convergence (the machine's cores are shared by all of them).")
 	fmt.Fprintln(w, "broker flip: the importer's writes of ServiceImports and slices while the broker went down and came back (liveness ConfigMap writes apart).")
+	fmt.Fprintln(w, "kube-proxy: v1.36.3 in nftables mode in a node of its own, on the same services and endpoints as Services (ClusterIP; headless where")
+	fmt.Fprintln(w, "  mcsd's are) and one EndpointSlice per cluster, before mcsd starts; its RSS (VmRSS, peak VmHWM) once its service map held every")
+	fmt.Fprintln(w, "  ClusterIP service. The data plane's RSS is read once it serves every service (DNS and nftables).")
 	fmt.Fprintln(w, "dead cluster gone: time from its last Lease renewal until its endpoints left DNS and the node's nftables (TTL + 2 s = 12 s is the bound).")
 }

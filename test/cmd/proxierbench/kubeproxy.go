@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,14 +186,9 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 	if _, err := node.NS.Exec(bin, "--cleanup"); err != nil {
 		return res, fmt.Errorf("kube-proxy --cleanup: %w", err)
 	}
-	// The kubeconfig names the API server on 127.0.0.1, which inside the
-	// node's namespace is the node's own loopback: forward that port to the
-	// real one.
-	server, err := url.Parse(c.Server())
-	if err != nil {
-		return res, err
-	}
-	stopForward, err := forwardLoopback(node, server.Host)
+	// The kubeconfig names the API server on 127.0.0.1: inside the node
+	// that is the node's own loopback.
+	stopForward, err := node.ForwardAPIServer()
 	if err != nil {
 		return res, err
 	}
@@ -209,21 +202,7 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 	defer logFile.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := node.NS.Command(runCtx, bin,
-		"--kubeconfig="+c.KubeconfigPath,
-		"--proxy-mode="+mode,
-		"--hostname-override="+node.Name,
-		"--cluster-cidr="+c.PodCIDR.String(),
-		"--metrics-bind-address="+kubeProxyMetrics,
-		"--healthz-bind-address="+kubeProxyHealthz,
-		// Leave the host's conntrack sysctls alone.
-		"--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0",
-		"--conntrack-tcp-timeout-close-wait=0",
-		"--conntrack-udp-timeout=0",
-		"--conntrack-udp-timeout-stream=0",
-		"--v=2",
-	)
+	cmd := node.NS.Command(runCtx, bin, node.KubeProxyArgs(mode, kubeProxyMetrics, kubeProxyHealthz)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
@@ -298,40 +277,6 @@ func runKubeProxy(ctx context.Context, bin, mode string, cs *harness.ClusterSet,
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// forwardLoopback listens on address inside the node's namespace and
-// forwards every connection to the same address in this process's own
-// namespace.
-func forwardLoopback(node *harness.Node, address string) (func(), error) {
-	l, err := node.NS.Listen("tcp", address)
-	if err != nil {
-		return nil, err
-	}
-	var conns sync.WaitGroup
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				defer in.Close()
-				out, err := net.Dial("tcp", address)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	return func() { _ = l.Close() }, nil
-}
 
 // metricsScraper returns a function that reads kube-proxy's IPv4 metrics,
 // as "name" -> value for the unlabelled or ip_family="IPv4" samples.
