@@ -54,6 +54,15 @@ func (c *Client) resource(obj *unstructured.Unstructured) (dynamic.ResourceInter
 	return c.dyn.Resource(m.Resource), nil
 }
 
+// Get reads the object of obj's kind, namespace and name.
+func (c *Client) Get(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	res, err := c.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	return res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+}
+
 // Apply applies objs server-side, in order, under FieldManager, taking
 // over fields another manager set (kubectl apply -k of the same
 // manifests, say). It returns the objects it created or changed, as

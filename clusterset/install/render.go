@@ -194,7 +194,6 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ",")
 }
 
-
 func familyOf(p netip.Prefix) corev1.IPFamily {
 	if p.Addr().Is4() {
 		return corev1.IPv4Protocol
