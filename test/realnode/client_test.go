@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -184,4 +185,28 @@ func (c *client) ask(ctx context.Context, network, address string) (echo.Identit
 		return echo.AskUDP(ctx, conn)
 	}
 	return echo.AskTCP(ctx, conn)
+}
+
+// awaitClustersetZone waits until every client of m is answered for
+// clusterset.local by the cluster DNS: CoreDNS reads the Corefile join
+// changed once the kubelet has updated its ConfigMap volume and its reload
+// plugin has seen the change, up to a minute or two later.
+func awaitClustersetZone(ctx context.Context, t *testing.T, m *member) error {
+	began := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+		for _, c := range m.clients {
+			r, err := c.query("udp", "nothing.nowhere.svc.clusterset.local", dns.TypeA)
+			if err != nil || r.Rcode != dns.RcodeNameError {
+				last = fmt.Sprintf("%s: %v %v", c, r, err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the cluster DNS does not answer for clusterset.local (%s): %w", m.Name, last, err)
+	}
+	t.Logf("figure: %s: the cluster DNS answers for clusterset.local %v after the clients started", m.Name, time.Since(began).Round(10*time.Millisecond))
+	return nil
 }

@@ -177,6 +177,11 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 			return w, err
 		}
 	}
+	for _, m := range w.members {
+		if err := awaitClustersetZone(ctx, t, m); err != nil {
+			return w, err
+		}
+	}
 	t.Logf("figure: installed and ready %v after start", time.Since(began).Round(10*time.Millisecond))
 	return w, nil
 }
