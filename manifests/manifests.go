@@ -51,3 +51,9 @@ func CoreDNSServerBlock(target string) (string, error) {
 
 // snippetTarget is what operators replace in the snippet.
 const snippetTarget = "MCSD_DNS_CLUSTER_IP"
+
+// MCSD holds mcsd's manifests for a member (manifests/mcsd); its
+// kustomization.yaml lists the files in the order they are applied.
+//
+//go:embed mcsd/*.yaml
+var MCSD embed.FS

@@ -12,21 +12,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/mcs-api/config/crd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/broker"
+	"github.com/mcsd-io/mcsd/clusterset/install"
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/manifests"
 )
 
 func newBrokerCmd(g *globals) *cobra.Command {
@@ -159,7 +153,7 @@ these settings, instead of applying them.`,
 			defer cancel()
 			if !o.skipCRDs {
 				fmt.Fprintf(g.streams.ErrOut, "installing the CRDs at %s\n", cfg.Host)
-				if err := installCRDs(ctx, cfg); err != nil {
+				if _, err := install.EnsureCRDs(ctx, cfg, true); err != nil {
 					return err
 				}
 			}
@@ -224,60 +218,12 @@ it, its writes are refused. Running it again moves what is left.`,
 	return cmd
 }
 
-// crdDocs are the CRDs a broker and every member need.
-func crdDocs() [][]byte {
-	return [][]byte{crd.ServiceExportCRD, crd.ServiceImportCRD, manifests.ClusterPropertyCRD}
-}
-
-// installCRDs creates or updates the CRDs and waits until they are
-// Established.
-func installCRDs(ctx context.Context, cfg *rest.Config) error {
-	ext, err := apiextclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	crds := ext.ApiextensionsV1().CustomResourceDefinitions()
-	for _, doc := range crdDocs() {
-		var def apiextv1.CustomResourceDefinition
-		if err := yaml.Unmarshal(doc, &def); err != nil {
-			return fmt.Errorf("decoding CRD: %w", err)
-		}
-		_, err := crds.Create(ctx, &def, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			var cur *apiextv1.CustomResourceDefinition
-			if cur, err = crds.Get(ctx, def.Name, metav1.GetOptions{}); err == nil {
-				cur.Spec = def.Spec
-				_, err = crds.Update(ctx, cur, metav1.UpdateOptions{})
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("installing CRD %s: %w", def.Name, err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			cur, err := crds.Get(ctx, def.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, c := range cur.Status.Conditions {
-				if c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			return fmt.Errorf("CRD %s never became Established: %w", def.Name, err)
-		}
-	}
-	return nil
-}
-
 // printBroker writes the broker's manifests with settings applied, as
 // broker.Install would apply them to a broker without members.
 func printBroker(w io.Writer, s broker.Settings, withCRDs bool) error {
 	var docs [][]byte
 	if withCRDs {
-		docs = append(docs, crdDocs()...)
+		docs = append(docs, install.CRDDocs()...)
 	}
 	objs, err := broker.Objects(s)
 	if err != nil {

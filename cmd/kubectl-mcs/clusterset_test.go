@@ -180,7 +180,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		c  *harness.Cluster
 		id string
 	}{{c1, id1}, {c2, id2}} {
-		out, errOut, err := mcs.run(ctx, "join", "--broker-context", "broker", "--context", j.c.Name, "--pod-cidrs", j.c.PodCIDR.String())
+		// mcsd runs in this process (the fixtures below), as a user's own
+		// tooling would install it: join does not.
+		out, errOut, err := mcs.run(ctx, "join", "--broker-context", "broker", "--context", j.c.Name, "--pod-cidrs", j.c.PodCIDR.String(), "--install=false")
 		if err != nil {
 			t.Fatalf("join %s: %v\n%s", j.c.Name, err, errOut)
 		}
@@ -382,7 +384,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			t.Errorf("broker reachable: %+v", c)
 		}
 		// Joining again restores the rights.
-		mcs.must(ctx, "join", "--broker-context", "broker", "--context", "cluster1", "--pod-cidrs", c1.PodCIDR.String())
+		mcs.must(ctx, "join", "--broker-context", "broker", "--context", "cluster1", "--pod-cidrs", c1.PodCIDR.String(), "--install=false")
 		eventually(ctx, t, "diagnose passes after joining again", func() bool {
 			checks, fail := mcs.diagnose(ctx, "cluster1")
 			return !fail && len(failed(checks)) == 0

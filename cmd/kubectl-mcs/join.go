@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
+	"github.com/mcsd-io/mcsd/clusterset/install"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/clusterset/status"
 )
@@ -32,6 +33,9 @@ type joinOptions struct {
 	dryRun   string
 	dns      dnsFlag
 	noSecret bool
+	// install applies mcsd in the member; image is its image.
+	install bool
+	image   string
 }
 
 func newJoinCmd(g *globals) *cobra.Command {
@@ -40,7 +44,11 @@ func newJoinCmd(g *globals) *cobra.Command {
 		Use:   "join",
 		Short: "Join a member cluster to the broker",
 		Long: `Join the member cluster of --context (or --member-context) to the broker of
---broker-context: declare its pod CIDRs on the broker (ConfigMap
+--broker-context. First, unless --install=false, install mcsd in it: the
+CRDs of manifests/crds where absent, then manifests/mcsd for this member
+(its cluster ID, pod CIDRs, IP families from its ServiceCIDR "kubernetes",
+the broker's clusterset ranges, --image), applied server-side with the
+field manager kubectl-mcs. Then declare its pod CIDRs on the broker (ConfigMap
 mcsd-member-<cluster-id>), create its broker identity (ServiceAccount
 cluster-<cluster-id>, RoleBinding to the Role mcsd-member, a token; owned by
 the declaration), raise the broker's quota by one member budget, and store a
@@ -66,8 +74,9 @@ cluster.clusterset.k8s.io, else the UID of its kube-system namespace: what
 mcsd resolves itself. Joining again replaces the pod CIDRs, and changes
 nothing that is as it should be: join twice, and the second changes no
 object. --dry-run=client -o yaml prints what join would apply (the Secret,
-with the member's token if it has joined before, and the DNS ConfigMaps)
-and changes nothing.`,
+with the member's token if it has joined before, the CRDs the member lacks
+and mcsd's objects, and the DNS ConfigMaps once mcsd's Service exists) and
+changes nothing. --pod-cidrs defaults to the nodes' spec.podCIDRs.`,
 		Example: `  kubectl mcs join --broker-context BROKER --context MEMBER \
       --pod-cidrs 10.244.0.0/16,fd00:10:244::/56 --broker-server https://broker.example.com:6443
   kubectl mcs join --broker-context BROKER --context MEMBER --pod-cidrs 10.244.0.0/16 --dry-run=client -o yaml`,
@@ -79,7 +88,7 @@ and changes nothing.`,
 	f := cmd.Flags()
 	f.StringVar(&o.memberContext, "member-context", "", "kubeconfig context of the member cluster (default --context)")
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID (default: its ClusterProperty cluster.clusterset.k8s.io, else its kube-system UID)")
-	f.StringVar(&o.podCIDRs, "pod-cidrs", "", "the member's pod CIDRs, comma-separated (required): the broker refuses its endpoints outside them")
+	f.StringVar(&o.podCIDRs, "pod-cidrs", "", "the member's pod CIDRs, comma-separated (default: its nodes' spec.podCIDRs): the broker refuses its endpoints outside them")
 	f.StringVar(&o.brokerServer, "broker-server", "", "the broker API server's URL as the member's nodes reach it (default: the server of --broker-context)")
 	f.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace")
 	f.StringVar(&o.kubeconfigFile, "broker-kubeconfig-file", "", "also write the member's broker kubeconfig to this file")
@@ -87,6 +96,8 @@ and changes nothing.`,
 	f.StringVar(&o.dryRun, "dry-run", "none", "client: print what join would apply (with -o yaml or json) and change nothing")
 	f.Lookup("dry-run").NoOptDefVal = "client"
 	f.BoolVar(&o.noSecret, "no-secret", false, "do not write the Secret in the member")
+	f.BoolVar(&o.install, "install", true, "install mcsd in the member (the CRDs where absent, then manifests/mcsd for this member); false leaves it to your own tooling")
+	f.StringVar(&o.image, "image", "", "mcsd's image for --install (default "+install.ShippedImage+" tagged with this kubectl-mcs's version)")
 	o.dns.add(cmd, "whether join configures the member's DNS for clusterset.local")
 	return cmd
 }
@@ -130,13 +141,6 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	dry := o.dryRun == "client"
-	cidrs, err := parsePrefixes(o.podCIDRs)
-	if err != nil {
-		return fmt.Errorf("--pod-cidrs: %w", err)
-	}
-	if len(cidrs) == 0 {
-		return errors.New("--pod-cidrs is required: the broker refuses a member's endpoints outside its declared pod CIDRs")
-	}
 	brokerCfg, err := g.brokerConfig()
 	if err != nil {
 		return err
@@ -149,6 +153,22 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 	defer cancel()
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(g.streams.ErrOut, "join: "+format+"\n", args...)
+	}
+	member, brk, err := clientsOf(memberCfg, brokerCfg)
+	if err != nil {
+		return err
+	}
+	cidrs, err := o.memberPodCIDRs(ctx, member)
+	if err != nil {
+		return err
+	}
+	// mcsd first, so that the Secret finds its namespace and the DNS its
+	// Service.
+	var objs []runtime.Object
+	if o.install {
+		if objs, err = o.installMCSD(ctx, memberCfg, brk, cidrs, dry, progress); err != nil {
+			return err
+		}
 	}
 	opts := membership.Options{
 		BrokerNamespace: o.brokerNamespace,
@@ -173,16 +193,11 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 		}
 		progress("wrote %s", o.kubeconfigFile)
 	}
-	var objs []runtime.Object
 	if res.Secret != "" {
 		objs = append(objs, membership.Secret(res.Kubeconfig))
 	}
 	var plan dnsconfig.Plan
 	if o.dns.mode == dnsAuto {
-		member, brk, err := clientsOf(memberCfg, brokerCfg)
-		if err != nil {
-			return err
-		}
 		if plan, err = memberDNS(ctx, member, brk, o.brokerNamespace, false, dry, progress); err != nil {
 			return err
 		}
@@ -223,6 +238,7 @@ func clientsOf(member, brokerCfg *rest.Config) (kubernetes.Interface, kubernetes
 type leaveOptions struct {
 	memberContext, clusterID, brokerNamespace string
 	keepSecret                                bool
+	keepMCSD                                  bool
 	dns                                       dnsFlag
 }
 
@@ -245,7 +261,11 @@ With --dns=auto (the default) and the member contacted, it takes back what
 join changed in the member's DNS: the clusterset.local server block of
 CoreDNS's and NodeLocal DNSCache's Corefiles, mcsd's key of coredns-custom;
 where the platform owns the DNS, it prints the change to make by hand and
-fails.`,
+fails. Last, unless --keep-mcsd, it deletes the objects join installed in
+the member (those the field manager kubectl-mcs applied), its namespace
+last, and waits until they are gone; it keeps the CRDs, whose deletion
+would delete the cluster's ServiceExports and ServiceImports and, on a
+cluster that is also the broker, every member's records.`,
 		Example: `  kubectl mcs leave --broker-context BROKER --context MEMBER
   kubectl mcs leave --broker-context BROKER --cluster-id east   # a member that is gone`,
 		Args: cobra.NoArgs,
@@ -257,7 +277,8 @@ fails.`,
 	f.StringVar(&o.memberContext, "member-context", "", "kubeconfig context of the member cluster (default --context)")
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID; with it, the member cluster is not contacted")
 	f.StringVar(&o.brokerNamespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace")
-	f.BoolVar(&o.keepSecret, "keep-secret", false, "keep the Secret mcsd-system/mcsd-broker in the member")
+	f.BoolVar(&o.keepSecret, "keep-secret", false, "keep the Secret mcsd-system/mcsd-broker in the member (with --keep-mcsd: removing mcsd removes its namespace)")
+	f.BoolVar(&o.keepMCSD, "keep-mcsd", false, "keep the mcsd objects join installed in the member")
 	o.dns.add(cmd, "whether leave takes back join's change of the member's DNS")
 	return cmd
 }
@@ -269,17 +290,20 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 	if err := o.dns.validate(); err != nil {
 		return err
 	}
+	if o.keepSecret && !o.keepMCSD {
+		return errors.New("--keep-secret: the Secret is in mcsd's namespace, which leave removes with mcsd; give --keep-mcsd too")
+	}
 	brokerCfg, err := g.brokerConfig()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	id := o.clusterID
 	var memberKube, contacted kubernetes.Interface
+	var memberCfg *rest.Config
 	if id == "" || o.memberContext != "" {
-		memberCfg, err := g.memberConfig(o.memberContext)
-		if err != nil {
+		if memberCfg, err = g.memberConfig(o.memberContext); err != nil {
 			return err
 		}
 		member, err := status.NewClients(memberCfg)
@@ -319,6 +343,11 @@ func (o *leaveOptions) run(ctx context.Context, g *globals) error {
 		}
 		if err != nil {
 			return err
+		}
+		if !o.keepMCSD {
+			if err := uninstallMCSD(ctx, memberCfg, progress); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Fprintf(g.streams.Out, "cluster %s left the broker\n", id)

@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
+	"github.com/mcsd-io/mcsd/clusterset/install"
 	"github.com/mcsd-io/mcsd/clusterset/membership"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
@@ -123,25 +127,44 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		return nss
 	}
 	snapshot := func() (map[string]string, map[string]string) {
-		return objectVersions(ctx, t, c.Kube, metav1.NamespaceSystem, mcsdNamespace), objectVersions(ctx, t, cs.Broker.Kube, brokerNamespaces()...)
+		member := objectVersions(ctx, t, c.Kube, metav1.NamespaceSystem, mcsdNamespace)
+		maps.Copy(member, installedVersions(ctx, t, c))
+		return member, objectVersions(ctx, t, cs.Broker.Kube, brokerNamespaces()...)
+	}
+	dnsIP := func() string {
+		t.Helper()
+		cur, err := c.Kube.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cur.Spec.ClusterIP
 	}
 
-	t.Run("--dry-run=client -o yaml prints the Secret and the DNS change, and changes nothing", func(t *testing.T) {
+	t.Run("--dry-run=client -o yaml prints mcsd, the Secret and the DNS change, and changes nothing", func(t *testing.T) {
 		memberBefore, brokerBefore := snapshot()
 		out := mcs.must(ctx, append(join, "--dry-run=client", "-o", "yaml")...)
 		docs := strings.Split(out, "\n---\n")
-		if len(docs) != 3 {
-			t.Fatalf("printed %d objects, want the Secret and two ConfigMaps:\n%s", len(docs), out)
+		shipped, err := install.Shipped()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The CRDs the member lacks, mcsd, the Secret, two ConfigMaps.
+		if len(docs) < len(shipped)+3 {
+			t.Fatalf("printed %d objects, want mcsd's %d, the Secret and two ConfigMaps:\n%s", len(docs), len(shipped), out)
+		}
+		docs = docs[len(docs)-3:]
+		if !strings.Contains(out, "kind: DaemonSet") || !strings.Contains(out, "--cluster-id=") || !strings.Contains(out, "--ip-families=") {
+			t.Fatalf("no node agent rendered for the member:\n%s", out)
 		}
 		var secret corev1.Secret
 		if err := yaml.Unmarshal([]byte(docs[0]), &secret); err != nil || secret.Kind != "Secret" || secret.Name != membership.SecretName ||
 			!strings.Contains(string(secret.Data[membership.SecretKey]), membership.TokenPlaceholder) {
-			t.Fatalf("first object, %v:\n%s", err, docs[0])
+			t.Fatalf("the Secret, %v:\n%s", err, docs[0])
 		}
 		var corefile corev1.ConfigMap
 		if err := yaml.Unmarshal([]byte(docs[1]), &corefile); err != nil || corefile.Name != dnsconfig.CoreDNS ||
 			corefile.Data[dnsconfig.CorefileKey] != string(kubeadm)+mustBlock(t, svc.Spec.ClusterIP) {
-			t.Fatalf("second object, %v:\n%s", err, docs[1])
+			t.Fatalf("the Corefile, %v:\n%s", err, docs[1])
 		}
 		memberAfter, brokerAfter := snapshot()
 		if d := append(changed(memberBefore, memberAfter), changed(brokerBefore, brokerAfter)...); len(d) > 0 {
@@ -149,8 +172,11 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		}
 	})
 
-	t.Run("join sets the block in CoreDNS and NodeLocal DNSCache; joining again changes no object", func(t *testing.T) {
+	t.Run("join installs mcsd, sets the block in CoreDNS and NodeLocal DNSCache; joining again changes no object", func(t *testing.T) {
 		mcs.must(ctx, join...)
+		if n := len(installedVersions(ctx, t, c)); n == 0 {
+			t.Fatal("join installed no mcsd object")
+		}
 		if got := corefileOf(dnsconfig.CoreDNS); got != string(kubeadm)+mustBlock(t, svc.Spec.ClusterIP) {
 			t.Fatalf("CoreDNS's Corefile:\n%s", got)
 		}
@@ -168,13 +194,21 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		if len(d) > 0 {
 			t.Fatalf("joining again changed %q\n%s", d, errOut)
 		}
-		if !strings.Contains(errOut, "DNS: nothing to change") {
+		if !strings.Contains(errOut, "DNS: nothing to change") || !strings.Contains(errOut, "mcsd: nothing to change") {
 			t.Errorf("join again said:\n%s", errOut)
 		}
 	})
 
 	t.Run("leave takes back exactly what join added", func(t *testing.T) {
 		mcs.must(ctx, "leave", "--broker-context", "broker", "--context", c.Name)
+		if left := installedVersions(ctx, t, c); len(left) > 0 {
+			t.Fatalf("leave left mcsd objects: %v", slices.Sorted(maps.Keys(left)))
+		}
+		// The CRDs stay: their deletion would delete the cluster's exports
+		// and imports.
+		if _, err := c.MCS.MulticlusterV1alpha1().ServiceExports(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatalf("the ServiceExport CRD after leave: %v", err)
+		}
 		if got := corefileOf(dnsconfig.CoreDNS); got != string(kubeadm) {
 			t.Fatalf("CoreDNS's Corefile after leave:\n%s", got)
 		}
@@ -196,7 +230,7 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "by hand") {
 			t.Fatalf("join with a reconciled Corefile: %v\n%s", err, out)
 		}
-		for _, want := range []string{"# By hand: ConfigMap kube-system/coredns is reconciled by the addon manager", "kind: ConfigMap", "forward . " + svc.Spec.ClusterIP} {
+		for _, want := range []string{"# By hand: ConfigMap kube-system/coredns is reconciled by the addon manager", "kind: ConfigMap", "forward . " + dnsIP()} {
 			if !strings.Contains(out, want) {
 				t.Errorf("join printed no %q:\n%s", want, out)
 			}
@@ -217,10 +251,38 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("join without a cluster DNS: %v\n%s%s", err, out, errOut)
 		}
-		if !strings.Contains(errOut, "warning: no cluster DNS found") || !strings.Contains(errOut, "forward . "+svc.Spec.ClusterIP) {
+		if !strings.Contains(errOut, "warning: no cluster DNS found") || !strings.Contains(errOut, "forward . "+dnsIP()) {
 			t.Fatalf("join warned:\n%s", errOut)
 		}
 	})
+}
+
+// installedVersions are the resourceVersions of the objects of
+// manifests/mcsd that join applied in c.
+func installedVersions(ctx context.Context, t *testing.T, c *harness.Cluster) map[string]string {
+	t.Helper()
+	shipped, err := install.Shipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := install.NewClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, obj := range shipped {
+		cur, err := client.Get(ctx, obj)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if install.Applied(cur) {
+			out[obj.GetKind()+" "+obj.GetNamespace()+"/"+obj.GetName()] = cur.GetResourceVersion()
+		}
+	}
+	return out
 }
 
 // dnsService creates mcsd's DNS Service of manifests/mcsd in c.

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/internal/ipfamilies"
 	"github.com/mcsd-io/mcsd/internal/memlimit"
 	"github.com/mcsd-io/mcsd/internal/version"
 )
@@ -128,7 +129,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	if len(o.ipFamilies) == 0 {
 		familiesCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		o.ipFamilies, err = servedFamilies(familiesCtx, local.kube, kernelHasIPv6)
+		o.ipFamilies, err = ipfamilies.Served(familiesCtx, local.kube, ipfamilies.KernelHasIPv6)
 		cancel()
 		if err != nil {
 			return err

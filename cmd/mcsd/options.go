@@ -28,6 +28,7 @@ import (
 	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/importer"
+	"github.com/mcsd-io/mcsd/internal/ipfamilies"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/proxier"
 )
@@ -239,7 +240,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
 	proxierFlags.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME); internalTrafficPolicy Local prefers its endpoints")
-	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "", "IP families this cluster serves (IPv4, IPv6 or IPv4,IPv6): the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported); empty means those of the cluster's ServiceCIDR \""+defaultServiceCIDR+"\", less IPv6 on a host without it")
+	proxierFlags.StringVar(&raw.ipFamilies, "ip-families", "", "IP families this cluster serves (IPv4, IPv6 or IPv4,IPv6): the proxier programs them, and services are imported in them only (none of them: IPFamilyNotSupported); empty means those of the cluster's ServiceCIDR \""+ipfamilies.DefaultServiceCIDR+"\", less IPv6 on a host without it")
 	proxierFlags.StringVar(&raw.proxierMode, "proxier-mode", string(proxier.ModeNFTables), "how the proxier programs the node: nftables, iptables (for kernels or nft too old for nftables), or auto (nftables when the kernel and nft support it, else iptables)")
 	proxierFlags.DurationVar(&o.minSync, "proxier-min-sync-period", proxier.DefaultMinSyncPeriod, "least time between two proxier syncs")
 	proxierFlags.DurationVar(&o.syncPeriod, "proxier-sync-period", proxier.DefaultSyncPeriod, "most time between two proxier syncs")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -157,12 +158,17 @@ func (w *world) clientOf(ctx context.Context, m *member, pod *corev1.Pod) (*clie
 
 // query asks the pod's nameserver, over network ("udp" or "tcp").
 func (c *client) query(network, name string, qtype uint16) (*dns.Msg, error) {
+	return c.queryServer(network, name, qtype, c.nameserver)
+}
+
+// queryServer asks server (HOST:PORT) from inside the pod.
+func (c *client) queryServer(network, name string, qtype uint16, server string) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	var resp *dns.Msg
 	err := c.ns.Do(func() error {
 		var err error
-		resp, _, err = (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, c.nameserver)
+		resp, _, err = (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, server)
 		return err
 	})
 	return resp, err
@@ -184,4 +190,35 @@ func (c *client) ask(ctx context.Context, network, address string) (echo.Identit
 		return echo.AskUDP(ctx, conn)
 	}
 	return echo.AskTCP(ctx, conn)
+}
+
+// awaitClustersetZone waits until every CoreDNS pod of m answers for
+// clusterset.local, asked from a client: CoreDNS reads the Corefile join
+// changed once the kubelet has updated its ConfigMap volume and its reload
+// plugin has seen the change, each pod in its own time, up to a minute or
+// two later.
+func awaitClustersetZone(ctx context.Context, t *testing.T, m *member) error {
+	began := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := m.Kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil || len(pods.Items) == 0 {
+			last = fmt.Sprintf("CoreDNS pods: %d, %v", len(pods.Items), err)
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			server := net.JoinHostPort(p.Status.PodIP, "53")
+			r, err := m.clients[0].queryServer("udp", "nothing.nowhere.svc.clusterset.local", dns.TypeA, server)
+			if err != nil || r.Rcode != dns.RcodeNameError {
+				last = fmt.Sprintf("%s at %s: %v %v", p.Name, server, r, err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the cluster DNS does not answer for clusterset.local (%s): %w", m.Name, last, err)
+	}
+	t.Logf("figure: %s: every CoreDNS pod answers for clusterset.local %v after the clients started", m.Name, time.Since(began).Round(10*time.Millisecond))
+	return nil
 }

@@ -39,7 +39,7 @@ func testInstall(t *testing.T) {
 				nodes[p.Spec.NodeName] = true
 			}
 			if got := p.Spec.Containers[0].Image; got != w.mcsd[0].Ref {
-				t.Errorf("%s: pod %s runs %s, want the overlay's %s", m.Name, p.Name, got, w.mcsd[0].Ref)
+				t.Errorf("%s: pod %s runs %s, want join's --image %s", m.Name, p.Name, got, w.mcsd[0].Ref)
 			}
 			logs, err := m.Kube.CoreV1().Pods(mcsdNamespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			if err != nil {

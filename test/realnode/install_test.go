@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/mcsd-io/mcsd/manifests"
-	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/images"
 )
 
@@ -41,39 +39,15 @@ func (w *world) installBroker(ctx context.Context) error {
 	return err
 }
 
-// join declares a member on the broker and stores its broker credentials
-// in it, with the broker's address as the member's nodes reach it.
-func (w *world) join(ctx context.Context, m *member) error {
-	_, err := w.kubectl(ctx, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
-		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer())
-	return err
-}
-
-// applyMCSD applies the CRDs (kubectl apply -k manifests/crds, as the
-// README's install does first), writes the member's overlay for img and
-// applies it with kubectl apply -k, then waits until the DaemonSet and the
-// Deployment have rolled out: every node's node agent and both controller
-// replicas of this template Ready.
-func (w *world) applyMCSD(ctx context.Context, m *member, img images.Image) error {
-	dir := filepath.Join(w.dir, "overlays", m.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	base, err := filepath.Rel(dir, filepath.Join(w.root, "manifests", "mcsd"))
-	if err != nil {
-		return err
-	}
-	name, tag, ok := strings.Cut(img.Ref, ":")
-	if !ok {
-		return fmt.Errorf("image reference %q has no tag", img.Ref)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fixture.MemberOverlay(base, name, tag, m.PodCIDR.String())), 0o644); err != nil {
-		return err
-	}
-	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", "manifests/crds"); err != nil {
-		return err
-	}
-	if _, err := w.kubectl(ctx, "", "--context", m.Name, "apply", "-k", dir); err != nil {
+// installMCSD joins a member as the README says, with nothing else: kubectl
+// mcs join installs the CRDs and mcsd of img for the member, declares it
+// on the broker with the broker's address as the member's nodes reach it,
+// stores its broker credentials and points its CoreDNS at mcsd-dns. Then
+// it waits until the DaemonSet and the Deployment have rolled out. Joining
+// again with another image is the rolling update.
+func (w *world) installMCSD(ctx context.Context, m *member, img images.Image) error {
+	if _, err := w.kubectl(ctx, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
+		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref); err != nil {
 		return err
 	}
 	return w.awaitRollout(ctx, m, img.Ref)
@@ -175,9 +149,8 @@ func ptrTo[T any](v T) *T { return &v }
 
 // coreDNS is the cluster DNS as kube-dns is commonly deployed: a
 // Deployment of CoreDNS behind the Service the kubelets' clusterDNS names,
-// its Corefile the usual kubernetes block plus the server block of
-// manifests/mcsd/coredns-snippet.yaml as an operator adds it. Nothing is
-// forwarded upstream: no name outside the clusters resolves.
+// its Corefile the usual kubernetes block, to which kubectl mcs join adds
+// the server block of clusterset.local. Nothing is forwarded upstream: no name outside the clusters resolves.
 var coreDNS = template.Must(template.New("coredns").Parse(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -298,20 +271,11 @@ const corefileMain = `.:53 {
 }
 `
 
-// installCoreDNS deploys the cluster DNS with the shipped snippet aimed at
-// the ClusterIP of mcsd-dns, as the README tells operators, and waits until
-// its pods are Ready.
+// installCoreDNS deploys the cluster DNS, as the cluster has it before
+// mcsd, and waits until its pods are Ready.
 func (w *world) installCoreDNS(ctx context.Context, m *member) error {
-	svc, err := m.Kube.CoreV1().Services(mcsdNamespace).Get(ctx, mcsdDNS, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("%s: the Service %s/%s: %w", m.Name, mcsdNamespace, mcsdDNS, err)
-	}
-	block, err := manifests.CoreDNSServerBlock(svc.Spec.ClusterIP)
-	if err != nil {
-		return err
-	}
 	var corefile strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(corefileMain+block, "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimRight(corefileMain, "\n"), "\n") {
 		corefile.WriteString("    " + line + "\n")
 	}
 	var b strings.Builder
@@ -330,7 +294,7 @@ func (w *world) installCoreDNS(ctx context.Context, m *member) error {
 		return err
 	}
 	var last string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := m.Kube.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()

@@ -7,7 +7,7 @@ import (
 )
 
 // A rolling update of the DaemonSet to a new image tag, as an operator
-// makes one (the overlay's newTag changed, kubectl apply -k), in the
+// makes one (kubectl mcs join again with --image), in the
 // client's cluster and then in the exporting one, while a TCP connection
 // through the ClusterSetIP stays open and every client polls the name
 // through its cluster DNS every 50 ms: the connection survives, no query
@@ -22,11 +22,11 @@ func testRollingUpdate(t *testing.T) {
 	poller := w.pollDNS(ns, name, vip)
 	for _, m := range w.members {
 		began := time.Now()
-		if err := w.applyMCSD(ctx, m, w.mcsd[1]); err != nil {
+		if err := w.installMCSD(ctx, m, w.mcsd[1]); err != nil {
 			poller.close()
 			t.Fatal(err)
 		}
-		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl apply -k", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond))
+		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl mcs join --image", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond))
 	}
 	queries, failures := poller.close()
 	exchanges, err := f.exchanges()

@@ -2,10 +2,6 @@ package realnode
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,9 +17,8 @@ import (
 // Uninstall as the README says, in its order: the ServiceExports, then in
 // each member the node agents' DaemonSet, mcsd --cleanup on each node (a
 // kubectl debug node pod of mcsd's image, which every node holds), kubectl
-// delete -k manifests/mcsd, the clusterset.local block of
-// CoreDNS, the membership (kubectl mcs leave) and kubectl delete -k
-// manifests/crds; finally kubectl delete -k manifests/broker and the
+// mcs leave (the membership, the clusterset.local block of CoreDNS and
+// the rest of mcsd) and kubectl delete -k manifests/crds; finally kubectl delete -k manifests/broker and the
 // namespace of broker install's probes. Afterwards no node has an nftables
 // table or iptables chain of mcsd, and no cluster has its CRDs or
 // namespaces. It runs last: nothing is installed after it.
@@ -46,18 +41,21 @@ func testUninstall(t *testing.T) {
 		for _, n := range m.RealNodes() {
 			w.cleanupNode(ctx, t, m, n.Name)
 		}
-		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/mcsd", "--ignore-not-found", "--wait"); err != nil {
+		// leave takes back the rest of what join did: the membership, the
+		// DNS block, mcsd's objects; it keeps the CRDs.
+		if _, err := w.kubectl(ctx, "", "mcs", "leave", "--broker-context", w.cs.Broker.Name, "--context", m.Name); err != nil {
 			t.Fatal(err)
 		}
 		awaitGone(ctx, t, m.Name, func(ctx context.Context) error {
 			_, err := m.Kube.CoreV1().Namespaces().Get(ctx, mcsdNamespace, metav1.GetOptions{})
 			return err
 		})
-		if err := w.removeSnippet(ctx, m); err != nil {
+		cm, err := m.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.kubectl(ctx, "", "mcs", "leave", "--broker-context", w.cs.Broker.Name, "--context", m.Name); err != nil {
-			t.Fatal(err)
+		if got := cm.Data["Corefile"]; got != corefileMain {
+			t.Errorf("%s: leave left the Corefile:\n%s", m.Name, got)
 		}
 		if _, err := w.kubectl(ctx, "", "--context", m.Name, "delete", "-k", "manifests/crds", "--wait"); err != nil {
 			t.Fatal(err)
@@ -214,28 +212,4 @@ func leftoverRBAC(ctx context.Context, kube kubernetes.Interface) string {
 		}
 	}
 	return strings.Join(left, ", ")
-}
-
-// removeSnippet puts back the CoreDNS Corefile without the clusterset
-// block, as an operator edits it out.
-func (w *world) removeSnippet(ctx context.Context, m *member) error {
-	cm, err := m.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	cm.Data["Corefile"] = corefileMain
-	file := filepath.Join(w.dir, m.Name+"-coredns-configmap.json")
-	cm.ManagedFields = nil
-	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
-	data, err := json.Marshal(cm)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		return err
-	}
-	if _, err := w.kubectl(ctx, "", "--context", m.Name, "replace", "-f", file); err != nil {
-		return fmt.Errorf("removing the clusterset block from CoreDNS: %w", err)
-	}
-	return nil
 }

@@ -157,25 +157,28 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 		return w, err
 	}
 	for _, m := range w.members {
-		if err := w.join(ctx, m); err != nil {
+		// The cluster's own DNS, there before mcsd.
+		if err := w.installCoreDNS(ctx, m); err != nil {
 			return w, err
 		}
 	}
 	for _, m := range w.members {
 		step := time.Now()
-		if err := w.applyMCSD(ctx, m, w.mcsd[0]); err != nil {
+		if err := w.installMCSD(ctx, m, w.mcsd[0]); err != nil {
 			return w, err
 		}
-		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl apply -k", m.Name, time.Since(step).Round(10*time.Millisecond))
+		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join", m.Name, time.Since(step).Round(10*time.Millisecond))
 	}
 	for _, m := range w.members {
 		if m.id, err = clusterID(ctx, m); err != nil {
 			return w, err
 		}
-		if err := w.installCoreDNS(ctx, m); err != nil {
+		if err := w.startClients(ctx, m); err != nil {
 			return w, err
 		}
-		if err := w.startClients(ctx, m); err != nil {
+	}
+	for _, m := range w.members {
+		if err := awaitClustersetZone(ctx, t, m); err != nil {
 			return w, err
 		}
 	}

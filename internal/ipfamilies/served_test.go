@@ -1,4 +1,4 @@
-package main
+package ipfamilies
 
 import (
 	"context"
@@ -29,12 +29,12 @@ func TestServedFamiliesFollowTheClustersServiceCIDR(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset()
 			if tc.cidrs != nil {
-				sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: defaultServiceCIDR}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: tc.cidrs}}
+				sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceCIDR}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: tc.cidrs}}
 				if err := kube.Tracker().Add(sc); err != nil {
 					t.Fatal(err)
 				}
 			}
-			got, err := servedFamilies(context.Background(), kube, func() bool { return tc.ipv6 })
+			got, err := Served(context.Background(), kube, func() bool { return tc.ipv6 })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("families %v, error %v; want an error saying %q", got, err, tc.wantErr)

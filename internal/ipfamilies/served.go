@@ -1,4 +1,6 @@
-package main
+// Package ipfamilies learns the IP families a cluster serves, as mcsd and
+// kubectl mcs join both need them and must agree.
+package ipfamilies
 
 import (
 	"context"
@@ -13,19 +15,19 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// defaultServiceCIDR is the ServiceCIDR the API server makes from its
+// DefaultServiceCIDR is the ServiceCIDR the API server makes from its
 // --service-cluster-ip-range (networking.k8s.io/v1, Kubernetes 1.33+).
-const defaultServiceCIDR = "kubernetes"
+const DefaultServiceCIDR = "kubernetes"
 
-// servedFamilies are the IP families the cluster serves, when
+// Served are the IP families the cluster serves, when
 // --ip-families does not say: those of the cluster's default ServiceCIDR,
 // in its order, less IPv6 when this host's kernel has none (booted with
 // ipv6.disable=1), so that an IPv4-only cluster imports no IPv6 service
 // and a node without IPv6 never programs ip6 tables.
-func servedFamilies(ctx context.Context, kube kubernetes.Interface, hasIPv6 func() bool) ([]corev1.IPFamily, error) {
-	sc, err := kube.NetworkingV1().ServiceCIDRs().Get(ctx, defaultServiceCIDR, metav1.GetOptions{})
+func Served(ctx context.Context, kube kubernetes.Interface, hasIPv6 func() bool) ([]corev1.IPFamily, error) {
+	sc, err := kube.NetworkingV1().ServiceCIDRs().Get(ctx, DefaultServiceCIDR, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("--ip-families: reading the ServiceCIDR %q to learn the cluster's IP families (give --ip-families=IPv4, IPv6 or IPv4,IPv6 instead): %w", defaultServiceCIDR, err)
+		return nil, fmt.Errorf("--ip-families: reading the ServiceCIDR %q to learn the cluster's IP families (give --ip-families=IPv4, IPv6 or IPv4,IPv6 instead): %w", DefaultServiceCIDR, err)
 	}
 	var families []corev1.IPFamily
 	for _, c := range sc.Spec.CIDRs {
@@ -46,13 +48,13 @@ func servedFamilies(ctx context.Context, kube kubernetes.Interface, hasIPv6 func
 		}
 	}
 	if len(families) == 0 {
-		return nil, fmt.Errorf("--ip-families: the ServiceCIDR %q has no CIDR of a family this host has (%v); give --ip-families", defaultServiceCIDR, sc.Spec.CIDRs)
+		return nil, fmt.Errorf("--ip-families: the ServiceCIDR %q has no CIDR of a family this host has (%v); give --ip-families", DefaultServiceCIDR, sc.Spec.CIDRs)
 	}
 	return families, nil
 }
 
-// kernelHasIPv6 says whether this host's kernel has IPv6 at all.
-func kernelHasIPv6() bool {
+// KernelHasIPv6 says whether this host's kernel has IPv6 at all.
+func KernelHasIPv6() bool {
 	_, err := os.Stat("/proc/sys/net/ipv6")
 	return err == nil
 }
