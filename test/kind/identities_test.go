@@ -6,12 +6,14 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -128,6 +130,15 @@ func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, ns,
 		t.Fatal(err)
 	}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	// The API server enforces a ValidatingAdmissionPolicy once its
+	// informers have seen the policy and its binding, a moment after they
+	// were applied: wait until a write the policy alone refuses is refused.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := agent.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-node-other", "other"), dry)
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+	}); err != nil {
+		t.Fatalf("%s: the node-report policy was never enforced: the node agent on %s could still write another node's report", c.Name, node)
+	}
 	for _, tc := range []struct {
 		what    string
 		client  kubernetes.Interface
