@@ -244,3 +244,50 @@ func leader(ctx context.Context, m *member) (pod string, acquired time.Time, err
 	}
 	return id, l.Spec.AcquireTime.Time, nil
 }
+
+// traffic is what a test keeps going through an exported service while it
+// replaces mcsd: one long-lived connection from cluster1's first client,
+// DNS queries of the name from every client and, when asked for, a new
+// connection from every client every 100 ms.
+type traffic struct {
+	vip        netip.Addr
+	flow       *flow
+	dns, dials *probes
+}
+
+func (w *world) startTraffic(ctx context.Context, t *testing.T, ns, name string, vip netip.Addr, dial bool) *traffic {
+	t.Helper()
+	tr := &traffic{vip: vip, flow: openFlow(ctx, t, w.members[0].clients[0], vip)}
+	if dial {
+		tr.dials = w.dialEvery(100*time.Millisecond, vip)
+	}
+	tr.dns = w.pollDNS(ns, name, vip)
+	return tr
+}
+
+// stop ends the traffic, logs its figures during what it lasted for and
+// fails t for each failure.
+func (tr *traffic) stop(t *testing.T, during string) {
+	t.Helper()
+	queries, dnsFailures := tr.dns.close()
+	var connections int
+	var dialFailures []error
+	if tr.dials != nil {
+		connections, dialFailures = tr.dials.close()
+	}
+	exchanges, err := tr.flow.exchanges()
+	dialed := ""
+	if tr.dials != nil {
+		dialed = fmt.Sprintf("%d of %d new connections failed; ", len(dialFailures), connections)
+	}
+	t.Logf("figure: during %s: %d DNS queries, %d failed; %s%d exchanges over one TCP connection through %s", during, queries, len(dnsFailures), dialed, exchanges, tr.vip)
+	for _, e := range append(dnsFailures, dialFailures...) {
+		t.Error(e)
+	}
+	if err == nil {
+		err = tr.flow.close()
+	}
+	if err != nil {
+		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
+	}
+}
