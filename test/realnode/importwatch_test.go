@@ -100,7 +100,7 @@ func (w *world) watchImports(ctx context.Context, t *testing.T, ns, name string)
 	// Before this moment the import was still settling: only what
 	// happens from now on counts.
 	iw.mu.Lock()
-	iw.losses = nil
+	iw.losses, iw.events = nil, 0
 	iw.mu.Unlock()
 	return iw
 }
@@ -137,8 +137,8 @@ func (iw *importWatch) close() {
 	}
 }
 
-// result stops the watch and returns how many changes it saw and every
-// loss.
+// result stops the watch and returns how many changes it saw since the
+// import settled and every loss.
 func (iw *importWatch) result() (int, []string) {
 	iw.close()
 	iw.mu.Lock()
