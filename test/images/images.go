@@ -6,6 +6,7 @@
 //	func CoreDNS(ctx) (Image, error)          // localhost/coredns:v1.15.0
 //	func Echo(ctx) (Image, error)             // localhost/mcsd-echo:<content>
 //	func MCSD(ctx, tag string) (Image, error) // localhost/mcsd:<tag>
+//	func MCSDFrom(ctx, root, tag string) (Image, error) // the same, from another source tree
 //
 // What each holds:
 //

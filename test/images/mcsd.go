@@ -24,15 +24,22 @@ const staleAfter = 24 * time.Hour
 // MCSD is mcsd's image as `make image` builds it, from this source tree,
 // with tag as the binary's version and the image's tag.
 func MCSD(ctx context.Context, tag string) (Image, error) {
+	root, err := repo.Root()
+	if err != nil {
+		return Image{}, err
+	}
+	return MCSDFrom(ctx, root, tag)
+}
+
+// MCSDFrom is mcsd's image built as MCSD builds it, from the source tree
+// at root: another commit checked out, such as the one an upgrade starts
+// from.
+func MCSDFrom(ctx context.Context, root, tag string) (Image, error) {
 	ref := mcsdimage.DefaultRepository + ":" + tag
 	if _, err := name.NewTag(ref, name.StrictValidation); err != nil {
 		return Image{}, fmt.Errorf("mcsd image tag %q: %w", tag, err)
 	}
-	return once("mcsd:"+tag, func() (Image, error) {
-		root, err := repo.Root()
-		if err != nil {
-			return Image{}, err
-		}
+	return once("mcsd:"+root+":"+tag, func() (Image, error) {
 		cache, err := repo.Cache()
 		if err != nil {
 			return Image{}, err

@@ -152,24 +152,23 @@ func (f *flow) exchanges() (int, error) {
 	return f.exchange, f.err
 }
 
-// dnsPoller asks every client of cluster1 for a name through its cluster
-// DNS every pollEvery until stopped; a query that fails, or answers other
-// than want, is a failure.
-type dnsPoller struct {
+// probes asks something of every client of cluster1 every interval until
+// stopped, counting the probes and keeping the failures.
+type probes struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	queries  int
+	count    int
 	failures []error
 }
 
-func (w *world) pollDNS(ns, name string, want netip.Addr) *dnsPoller {
-	p := &dnsPoller{stop: make(chan struct{})}
+func (w *world) probeEvery(interval time.Duration, probe func(*client) error) *probes {
+	p := &probes{stop: make(chan struct{})}
 	for _, c := range w.members[0].clients {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			tick := time.NewTicker(pollEvery)
+			tick := time.NewTicker(interval)
 			defer tick.Stop()
 			for {
 				select {
@@ -177,12 +176,9 @@ func (w *world) pollDNS(ns, name string, want netip.Addr) *dnsPoller {
 					return
 				case <-tick.C:
 				}
-				got, ok, err := viaClusterDNS(c).lookup(fqdn(ns, name))
-				if err == nil && (!ok || got != want) {
-					err = fmt.Errorf("answered %v (resolved: %v), want %s", got, ok, want)
-				}
+				err := probe(c)
 				p.mu.Lock()
-				p.queries++
+				p.count++
 				if err != nil {
 					p.failures = append(p.failures, fmt.Errorf("%s at %s: %w", c, time.Now().Format(time.StampMilli), err))
 				}
@@ -193,14 +189,43 @@ func (w *world) pollDNS(ns, name string, want netip.Addr) *dnsPoller {
 	return p
 }
 
-// close stops the poller and returns how many queries it made and which
-// failed.
-func (p *dnsPoller) close() (int, []error) {
+// close stops the probes and returns how many were made and which failed.
+func (p *probes) close() (int, []error) {
 	close(p.stop)
 	p.wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.queries, p.failures
+	return p.count, p.failures
+}
+
+// pollDNS asks every client of cluster1 for a name through its cluster DNS
+// every pollEvery; a query that fails, or answers other than want, is a
+// failure.
+func (w *world) pollDNS(ns, name string, want netip.Addr) *probes {
+	return w.probeEvery(pollEvery, func(c *client) error {
+		got, ok, err := viaClusterDNS(c).lookup(fqdn(ns, name))
+		if err == nil && (!ok || got != want) {
+			err = fmt.Errorf("answered %v (resolved: %v), want %s", got, ok, want)
+		}
+		return err
+	})
+}
+
+// dialEvery opens a new TCP connection from every client of cluster1
+// through the ClusterSetIP every interval and reads the backend's greeting
+// on it: a connection refused, timed out or closed without a greeting is a
+// failure. Unlike a flow, it takes the path of new connections while the
+// data plane is rewritten.
+func (w *world) dialEvery(interval time.Duration, vip netip.Addr) *probes {
+	addr := netip.AddrPortFrom(vip, echoPort).String()
+	return w.probeEvery(interval, func(c *client) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := c.ask(ctx, "tcp", addr); err != nil {
+			return fmt.Errorf("a new connection to %s: %w", addr, err)
+		}
+		return nil
+	})
 }
 
 // leader says who holds a member's leader-election Lease: its node (the
@@ -218,4 +243,51 @@ func leader(ctx context.Context, m *member) (pod string, acquired time.Time, err
 		id = id[:i]
 	}
 	return id, l.Spec.AcquireTime.Time, nil
+}
+
+// traffic is what a test keeps going through an exported service while it
+// replaces mcsd: one long-lived connection from cluster1's first client,
+// DNS queries of the name from every client and, when asked for, a new
+// connection from every client every 100 ms.
+type traffic struct {
+	vip        netip.Addr
+	flow       *flow
+	dns, dials *probes
+}
+
+func (w *world) startTraffic(ctx context.Context, t *testing.T, ns, name string, vip netip.Addr, dial bool) *traffic {
+	t.Helper()
+	tr := &traffic{vip: vip, flow: openFlow(ctx, t, w.members[0].clients[0], vip)}
+	if dial {
+		tr.dials = w.dialEvery(100*time.Millisecond, vip)
+	}
+	tr.dns = w.pollDNS(ns, name, vip)
+	return tr
+}
+
+// stop ends the traffic, logs its figures during what it lasted for and
+// fails t for each failure.
+func (tr *traffic) stop(t *testing.T, during string) {
+	t.Helper()
+	queries, dnsFailures := tr.dns.close()
+	var connections int
+	var dialFailures []error
+	if tr.dials != nil {
+		connections, dialFailures = tr.dials.close()
+	}
+	exchanges, err := tr.flow.exchanges()
+	dialed := ""
+	if tr.dials != nil {
+		dialed = fmt.Sprintf("%d of %d new connections failed; ", len(dialFailures), connections)
+	}
+	t.Logf("figure: during %s: %d DNS queries, %d failed; %s%d exchanges over one TCP connection through %s", during, queries, len(dnsFailures), dialed, exchanges, tr.vip)
+	for _, e := range append(dnsFailures, dialFailures...) {
+		t.Error(e)
+	}
+	if err == nil {
+		err = tr.flow.close()
+	}
+	if err != nil {
+		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
+	}
 }

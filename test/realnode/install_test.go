@@ -35,7 +35,12 @@ const (
 
 // installBroker installs the broker as the README says.
 func (w *world) installBroker(ctx context.Context) error {
-	_, err := w.kubectl(ctx, "", "mcs", "broker", "install", "--broker-context", w.cs.Broker.Name)
+	return w.installBrokerWith(ctx, w.binDir)
+}
+
+// installBrokerWith installs the broker with the kubectl-mcs of binDir.
+func (w *world) installBrokerWith(ctx context.Context, binDir string) error {
+	_, err := w.kubectlWith(ctx, binDir, "", "mcs", "broker", "install", "--broker-context", w.cs.Broker.Name)
 	return err
 }
 
@@ -46,7 +51,12 @@ func (w *world) installBroker(ctx context.Context) error {
 // it waits until the DaemonSet and the Deployment have rolled out. Joining
 // again with another image is the rolling update.
 func (w *world) installMCSD(ctx context.Context, m *member, img images.Image) error {
-	if _, err := w.kubectl(ctx, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
+	return w.joinWith(ctx, w.binDir, m, img)
+}
+
+// joinWith is installMCSD with the kubectl-mcs of binDir.
+func (w *world) joinWith(ctx context.Context, binDir string, m *member, img images.Image) error {
+	if _, err := w.kubectlWith(ctx, binDir, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
 		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ func TestRealNodes(t *testing.T) {
 		{"mcsd killed on a node", testMCSDPodKilled},
 		{"leader failover", testLeaderFailover},
 		{"rolling update", testRollingUpdate},
+		{"upgrade from the previous commit", testUpgrade},
 		{"uninstall", testUninstall},
 	} {
 		t.Run(tc.name, tc.run)

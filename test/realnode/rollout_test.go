@@ -18,26 +18,14 @@ func testRollingUpdate(t *testing.T) {
 	defer cancel()
 	const ns, name = "rollout", "steady"
 	vip := w.exportedEcho(ctx, t, ns, name)
-	f := openFlow(ctx, t, w.members[0].clients[0], vip)
-	poller := w.pollDNS(ns, name, vip)
+	tr := w.startTraffic(ctx, t, ns, name, vip, false)
 	for _, m := range w.members {
 		began := time.Now()
 		if err := w.installMCSD(ctx, m, w.mcsd[1]); err != nil {
-			poller.close()
+			tr.stop(t, "the failed rolling update")
 			t.Fatal(err)
 		}
 		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl mcs join --image", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond))
 	}
-	queries, failures := poller.close()
-	exchanges, err := f.exchanges()
-	t.Logf("figure: during the rolling updates: %d DNS queries, %d failed; %d exchanges over one TCP connection through %s", queries, len(failures), exchanges, vip)
-	for _, e := range failures {
-		t.Error(e)
-	}
-	if err != nil {
-		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
-	}
-	if err := f.close(); err != nil {
-		t.Errorf("the connection through the ClusterSetIP did not survive: %v", err)
-	}
+	tr.stop(t, "the rolling updates")
 }

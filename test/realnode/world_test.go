@@ -133,7 +133,7 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 	// next start removes should this test be killed.
 	w.dir = filepath.Join(w.cs.Dir, "realnode")
 	w.binDir = filepath.Join(w.dir, "bin")
-	if err := w.buildPlugin(ctx); err != nil {
+	if err := buildPlugin(ctx, w.root, w.binDir); err != nil {
 		return w, err
 	}
 	t.Logf("figure: broker and 2 clusters of 2 real nodes each up, images and tools built, in %v (state in %s)", time.Since(began).Round(10*time.Millisecond), w.cs.Dir)
@@ -202,12 +202,13 @@ func (w *world) buildImages(ctx context.Context) error {
 	return err
 }
 
-// buildPlugin builds the operator's CLI as the kubectl plugin kubectl-mcs.
-func (w *world) buildPlugin(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(w.binDir, "kubectl-mcs"), "./cmd/kubectl-mcs")
-	cmd.Dir = w.root
+// buildPlugin builds the operator's CLI of the source tree at root as the
+// kubectl plugin kubectl-mcs in binDir.
+func buildPlugin(ctx context.Context, root, binDir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "kubectl-mcs"), "./cmd/kubectl-mcs")
+	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building kubectl-mcs: %v\n%s", err, out)
+		return fmt.Errorf("building kubectl-mcs of %s: %v\n%s", root, err, out)
 	}
 	return nil
 }
@@ -218,12 +219,18 @@ func (w *world) buildPlugin(ctx context.Context) error {
 // every cluster's context and kubectl-mcs on PATH, in dir (the repository
 // when empty).
 func (w *world) kubectl(ctx context.Context, dir string, args ...string) (string, error) {
+	return w.kubectlWith(ctx, w.binDir, dir, args...)
+}
+
+// kubectlWith is kubectl with the kubectl-mcs of binDir: another version
+// of the CLI, such as the one an upgrade starts from.
+func (w *world) kubectlWith(ctx context.Context, binDir, dir string, args ...string) (string, error) {
 	cmd := w.cs.Operator.Command(ctx, w.kubectlPath, args...)
 	cmd.Dir = dir
 	if dir == "" {
 		cmd.Dir = w.root
 	}
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig, "PATH="+w.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
