@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,18 +116,28 @@ func (e *env) unexport(m *fixture.Member, ns, name string) {
 // imported waits until m's ServiceImport ns/name satisfies ok, and returns it.
 func (e *env) imported(m *fixture.Member, ns, name string, timeout time.Duration, what string, ok func(*mcsv1beta1.ServiceImport) bool) *mcsv1beta1.ServiceImport {
 	e.t.Helper()
+	// The last answer of the API server, so that a timeout says what was
+	// there rather than the error of the poll the deadline cut short.
 	var si *mcsv1beta1.ServiceImport
+	var lastErr error
 	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		si, err = m.MCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			si = nil
+		got, err := m.MCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			si, lastErr = nil, err
+			return false, nil
+		case err != nil:
 			return false, nil
 		}
+		si, lastErr = got, nil
 		return ok(si), nil
 	})
 	if err != nil {
-		e.t.Fatalf("%s: ServiceImport %s/%s never %s within %v; last seen: %s", m.ID, ns, name, what, timeout, dump(si))
+		seen := dump(si)
+		if lastErr != nil {
+			seen = lastErr.Error()
+		}
+		e.t.Fatalf("%s: ServiceImport %s/%s never %s within %v; last seen: %s\n%s", m.ID, ns, name, what, timeout, seen, e.explain(m, ns, name))
 	}
 	return si
 }
@@ -280,6 +291,28 @@ func (e *env) eventOn(m *fixture.Member, kind, ns, name, reason string) corev1.E
 		e.t.Fatalf("%s: no %s event on %s %s/%s", m.ID, reason, kind, ns, name)
 	}
 	return found
+}
+
+// explain says what an import of ns/name was made from, for a failure:
+// m's published liveness and the broker's records of the service.
+func (e *env) explain(m *fixture.Member, ns, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if cm, err := m.Kube.CoreV1().ConfigMaps(liveness.DefaultNamespace).Get(ctx, liveness.ConfigMapName, metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(&b, "liveness: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "liveness: %+v\n", liveness.Read(cm))
+	}
+	list, err := e.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: record.ServiceSelector(ns, name).String()})
+	if err != nil {
+		fmt.Fprintf(&b, "broker records: %v\n", err)
+		return b.String()
+	}
+	for _, r := range list.Items {
+		fmt.Fprintf(&b, "broker record %s/%s created %s deleting %v: spec %+v\n", r.Namespace, r.Name, r.CreationTimestamp.UTC().Format(time.RFC3339), r.DeletionTimestamp != nil, r.Spec)
+	}
+	return b.String()
 }
 
 // liveness waits until m's liveness ConfigMap satisfies ok.

@@ -33,8 +33,10 @@ import (
 //
 // While the broker cannot be reached nothing can be observed, so the book
 // is frozen at the last moment the broker answered: nobody dies for lack
-// of news. When the broker answers again every cluster that was live then
-// starts a fresh TTL, giving its heartbeat time to show up.
+// of news. When the broker answers again, the time it did not answer is
+// not counted against anyone: each cluster has the TTL (or grace) it had
+// left when the book froze. Not a fresh TTL: a broker that keeps timing
+// out under load would otherwise keep a dead cluster alive for ever.
 type leaseBook struct {
 	clock clock.PassiveClock
 	ttl   time.Duration
@@ -309,9 +311,11 @@ func (b *leaseBook) freeze(lastContact time.Time) {
 	}
 }
 
-// thaw lets time run again after the broker answered: every cluster that
-// was live when it stopped answering starts a fresh TTL now. A cluster that
-// was already dead stays dead until its Lease changes.
+// thaw lets time run again after the broker answered, as if it had stood
+// still while the broker did not: every cluster's last renewal moves
+// forward by the outage, up to now (a renewal seen during the outage
+// counts from now). The caller has just listed the Leases, so a cluster
+// that renewed during the outage has been seen to.
 func (b *leaseBook) thaw() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -319,11 +323,13 @@ func (b *leaseBook) thaw() {
 		return
 	}
 	now := b.clock.Now()
+	outage := now.Sub(*b.frozenAt)
 	for cluster, s := range b.seen {
-		if b.liveLocked(cluster) {
+		s.observed = s.observed.Add(outage)
+		if s.observed.After(now) {
 			s.observed = now
-			b.seen[cluster] = s
 		}
+		b.seen[cluster] = s
 	}
 	b.frozenAt = nil
 }

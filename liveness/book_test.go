@@ -77,13 +77,14 @@ func TestLeaseBook(t *testing.T) {
 		expectLive(t, b, "east", false)
 	})
 
-	t.Run("while the broker is unreachable nobody dies, and on its return live clusters get a fresh TTL", func(t *testing.T) {
+	t.Run("while the broker is unreachable nobody dies, and on its return live clusters have the TTL they had left", func(t *testing.T) {
 		b, clk := newBook(t)
 		b.observe("east", renewal("v1"))
 		b.observe("west", renewal("v1"))
 		clk.Step(ttl + time.Second)
 		b.observe("west", renewal("v2")) // east is dead before the outage, west is not
 		expectLive(t, b, "east", false)
+		clk.Step(2 * time.Second)
 		lastContact := clk.Now()
 		clk.Step(2 * time.Second)
 		b.freeze(lastContact)
@@ -101,19 +102,54 @@ func TestLeaseBook(t *testing.T) {
 		b.thaw()
 		expectLive(t, b, "west", true)
 		expectLive(t, b, "east", false)
-		clk.Step(ttl - time.Millisecond)
+		// 2 s of west's TTL had passed when the broker last answered.
+		left := ttl - 2*time.Second
+		if got, ok := b.expiresIn("west"); !ok || got != left {
+			t.Fatalf("west expires in %v, %v after the outage; want %v", got, ok, left)
+		}
+		clk.Step(left - time.Millisecond)
 		expectLive(t, b, "west", true)
 		clk.Step(time.Millisecond)
 		expectLive(t, b, "west", false)
 	})
 
-	t.Run("a cluster that dies during the outage is dropped one TTL after the broker returns", func(t *testing.T) {
+	t.Run("a cluster that dies during the outage is dropped once the TTL it had left runs out after the broker returns", func(t *testing.T) {
 		b, clk := newBook(t)
 		b.observe("east", renewal("v1"))
+		clk.Step(time.Second)
 		b.freeze(clk.Now())
 		clk.Step(time.Minute)
 		b.thaw()
-		clk.Step(ttl)
+		clk.Step(ttl - time.Second - time.Millisecond)
+		expectLive(t, b, "east", true)
+		clk.Step(time.Millisecond)
+		expectLive(t, b, "east", false)
+	})
+
+	t.Run("a renewal seen during the outage counts from the broker's return", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.observe("east", renewal("v1"))
+		b.freeze(clk.Now())
+		clk.Step(ttl / 2)
+		b.observe("east", renewal("v2"))
+		clk.Step(time.Minute)
+		b.thaw()
+		if got, ok := b.expiresIn("east"); !ok || got != ttl {
+			t.Fatalf("east expires in %v, %v; want a whole TTL, %v", got, ok, ttl)
+		}
+	})
+
+	t.Run("a broker that keeps timing out does not keep a dead cluster alive", func(t *testing.T) {
+		// Outages of a third of the TTL, a third of the TTL apart: with a
+		// fresh TTL at every return east would never die.
+		b, clk := newBook(t)
+		b.observe("east", renewal("v1"))
+		for range 6 {
+			clk.Step(ttl / 3)
+			b.freeze(clk.Now())
+			clk.Step(ttl / 3)
+			b.thaw()
+		}
 		expectLive(t, b, "east", false)
 	})
 

@@ -64,8 +64,8 @@ func (c *Controller) runProbe(ctx context.Context) {
 // probeTimeout is how long a probe waits for the broker's answer before
 // taking it for gone. A broker that is merely slow (a busy machine, a
 // relist of tens of thousands of objects) must not look gone: that would
-// freeze liveness and, on thawing, give every cluster a fresh TTL, a dead
-// one included. A probe sent one interval after the last answer and given
+// freeze liveness, and a dead cluster's death waits for as long as the
+// book is frozen. A probe sent one interval after the last answer and given
 // up after this long freezes liveness at least half a TTL before a cluster
 // renewing on time could look expired for lack of news (3 s with the
 // default 10 s TTL; one interval with short TTLs).
@@ -124,7 +124,7 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 	case err == nil && wasDown:
 		c.book.thaw()
 		c.cfg.Metrics.setBrokerReachable(true)
-		logger.Info("The broker answers again; clusters get a fresh TTL and every service is resynced", "unreachableFor", now.Sub(lastContact))
+		logger.Info("The broker answers again; the clusters' time runs again and every service is resynced", "unreachableFor", now.Sub(lastContact))
 		c.cfg.Recorder.Eventf(c.Object(), corev1.EventTypeNormal, EventBrokerReachable, "The broker answers again after %s", now.Sub(lastContact).Round(time.Second))
 		c.requestPublish()
 		// Removals held back during the outage are due.
@@ -144,9 +144,11 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 
 // ObserveBroker takes a hint from the heartbeat (its OnRenew): a renewal
 // that went through proves the broker answers; one that failed has the
-// probe check at once. The controller works without these hints.
+// probe check at once. The controller works without these hints. Only the
+// probe ends an outage: it lists the Leases first, so the renewals made
+// during the outage are seen before the clusters' time runs again.
 func (c *Controller) ObserveBroker(err error) {
-	if err != nil {
+	if _, down := c.BrokerDown(); err != nil || down {
 		c.RequestProbe()
 		return
 	}
