@@ -450,12 +450,24 @@ func vipOf(i int) netip.Addr {
 // so that a cluster's endpoints are told apart by their prefix, and the
 // member's (ci 0) lie in the pod CIDR the broker declared for it (the
 // harness gives cluster1 100.65.0.0/16); the simulated clusters have no
-// declaration, and importers keep such clusters' endpoints.
+// declaration, and importers keep such clusters' endpoints. Past the 63
+// /16s left in 100.64.0.0/10, a cluster's endpoints are in 240.0.0.0/8,
+// reserved and never routed (the API server accepts it; the ClusterSetIPs
+// are in 243.0.0.0/8): nothing is ever sent to these addresses.
 func endpointOf(ci, k int) netip.Addr {
-	return netip.AddrFrom4([4]byte{100, byte(65 + ci), byte(k / 250), byte(k%250 + 1)})
+	if ci < cgnatClusters {
+		return netip.AddrFrom4([4]byte{100, byte(65 + ci), byte(k / 250), byte(k%250 + 1)})
+	}
+	return netip.AddrFrom4([4]byte{240, byte(ci - cgnatClusters), byte(k / 250), byte(k%250 + 1)})
 }
 
-func clusterPrefix(ci int) string { return fmt.Sprintf("100.%d.", 64+ci) }
+const (
+	// cgnatClusters is how many clusters' endpoints fit in 100.65.0.0 to
+	// 100.127.255.255, a /16 each.
+	cgnatClusters = 63
+	// maxClusters is how many fit in all.
+	maxClusters = cgnatClusters + 256
+)
 
 func writes(kind, operation string) string {
 	return `mcsd_importer_local_writes_total{kind="` + kind + `",operation="` + operation + `"}`

@@ -36,8 +36,8 @@ func parseScenarios(spec string) ([]scenario, error) {
 			}
 			n[i] = v
 		}
-		if n[0] < 2 || n[0] > 64 {
-			return nil, fmt.Errorf("%q: between 2 and 64 clusters (one of them dies)", part)
+		if n[0] < 2 || n[0] > maxClusters {
+			return nil, fmt.Errorf("%q: between 2 and %d clusters (one of them dies)", part, maxClusters)
 		}
 		if n[1]*n[2] > 250*256 {
 			return nil, fmt.Errorf("%q: at most %d endpoints per cluster", part, 250*256)
