@@ -70,6 +70,9 @@ type leaseBook struct {
 type leaseSeen struct {
 	version  leaseVersion
 	observed time.Time
+	// backdated: observed is the renewal the Lease said it made (first
+	// sight), not when this controller saw one.
+	backdated bool
 }
 
 func newLeaseBook(clk clock.PassiveClock, ttl time.Duration, local string) *leaseBook {
@@ -145,18 +148,18 @@ func (b *leaseBook) observe(cluster string, v leaseVersion) bool {
 		return false
 	}
 	now := b.clock.Now()
-	observed := now
+	observed, backdated := now, false
 	if !ok && !v.renewed.IsZero() {
 		// First sight: not a renewal witnessed here. The cluster counts as
 		// renewed when it says it renewed, allowing its clock to be skew
 		// behind ours (a clock ahead of ours is taken as now): a Lease
 		// renewed long ago is dead at once, and stays so until it changes.
 		if at := v.renewed.Add(b.skew); at.Before(now) {
-			observed = at
+			observed, backdated = at, true
 		}
 	}
 	delete(b.goneSince, cluster)
-	b.seen[cluster] = leaseSeen{version: v, observed: observed}
+	b.seen[cluster] = leaseSeen{version: v, observed: observed, backdated: backdated}
 	return true
 }
 
@@ -312,22 +315,27 @@ func (b *leaseBook) freeze(lastContact time.Time) {
 }
 
 // thaw lets time run again after the broker answered, as if it had stood
-// still while the broker did not: every cluster's last renewal moves
-// forward by the outage, up to now (a renewal seen during the outage
-// counts from now). The caller has just listed the Leases, so a cluster
-// that renewed during the outage has been seen to.
+// still while the broker did not: the last renewal of every cluster that
+// was live when the book froze moves forward by the outage, and one seen
+// during the outage counts from now. A Lease first seen during the outage
+// counts from the renewal it says it made: however long the outage, a
+// cluster that renewed long ago is dead. The caller has just listed the
+// Leases, so a cluster that renewed during the outage has been seen to.
 func (b *leaseBook) thaw() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.frozenAt == nil {
 		return
 	}
-	now := b.clock.Now()
-	outage := now.Sub(*b.frozenAt)
+	now, frozenAt := b.clock.Now(), *b.frozenAt
 	for cluster, s := range b.seen {
-		s.observed = s.observed.Add(outage)
-		if s.observed.After(now) {
+		switch {
+		case !s.observed.After(frozenAt) && b.liveLocked(cluster):
+			s.observed = s.observed.Add(now.Sub(frozenAt))
+		case s.observed.After(frozenAt) && !s.backdated:
 			s.observed = now
+		default:
+			continue
 		}
 		b.seen[cluster] = s
 	}

@@ -139,6 +139,15 @@ func TestLeaseBook(t *testing.T) {
 		}
 	})
 
+	t.Run("a cluster first seen during the outage with an old renewal stays dead after it", func(t *testing.T) {
+		b, clk := newBook(t)
+		b.freeze(clk.Now())
+		clk.Step(time.Hour)
+		b.observe("east", at(clk.Now().Add(-30*time.Minute)))
+		b.thaw()
+		expectLive(t, b, "east", false)
+	})
+
 	t.Run("a broker that keeps timing out does not keep a dead cluster alive", func(t *testing.T) {
 		// Outages of a third of the TTL, a third of the TTL apart: with a
 		// fresh TTL at every return east would never die.
