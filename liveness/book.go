@@ -34,9 +34,9 @@ import (
 // While the broker cannot be reached nothing can be observed, so the book
 // is frozen at the last moment the broker answered: nobody dies for lack
 // of news. When the broker answers again, the time it did not answer is
-// not counted against anyone: each cluster has the TTL (or grace) it had
-// left when the book froze. Not a fresh TTL: a broker that keeps timing
-// out under load would otherwise keep a dead cluster alive for ever.
+// not counted against a live cluster: each has the TTL it had left when
+// the book froze. Not a fresh TTL: a broker that keeps timing out under
+// load would otherwise keep a dead cluster alive for ever.
 type leaseBook struct {
 	clock clock.PassiveClock
 	ttl   time.Duration
