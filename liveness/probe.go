@@ -148,14 +148,25 @@ func (c *Controller) brokerAnswered(ctx context.Context, err error) {
 // probe ends an outage: it lists the Leases first, so the renewals made
 // during the outage are seen before the clusters' time runs again.
 func (c *Controller) ObserveBroker(err error) {
-	if _, down := c.BrokerDown(); err != nil || down {
-		c.RequestProbe()
+	if err == nil && c.HasSynced() && c.renewalAnswered() {
 		return
 	}
-	if !c.HasSynced() {
-		return
+	c.RequestProbe()
+}
+
+// renewalAnswered notes a renewal that went through as contact with the
+// broker, unless the broker is down: then it returns false and only the
+// probe may end the outage. One decision under the lock, so that a renewal
+// answered just before the broker stopped (a stopping API server finishes
+// the requests it has) cannot end an outage the probe has just begun.
+func (c *Controller) renewalAnswered() bool {
+	c.broker.mu.Lock()
+	defer c.broker.mu.Unlock()
+	if c.broker.down {
+		return false
 	}
-	c.brokerAnswered(context.Background(), nil)
+	c.broker.lastContact = c.cfg.Clock.Now()
+	return true
 }
 
 // reevaluateAll has every cluster the book knows of reevaluated.

@@ -352,6 +352,9 @@ func (t *leaderTerm) stop() {
 	if t.imp != nil {
 		t.imp.Release()
 	}
+	// The broker informers' requests wait at a closed gate while the
+	// broker is down; some have no context to end them.
+	t.gate.Stop()
 	t.local.Shutdown()
 	t.brokerCache.Shutdown()
 	t.stopEvents()

@@ -19,19 +19,33 @@ import (
 // DialFunc dials like net.Dialer.DialContext.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
+// ErrStopped is the error of a dial through a stopped gate.
+var ErrStopped = errors.New("dialgate: stopped; no new connections")
+
 // Gate is open or closed; it starts open.
 type Gate struct {
 	mu sync.Mutex
 	// open is closed while the gate is open; a closed gate has a fresh,
 	// open channel that dials wait on.
 	open chan struct{}
+	// stopped is closed by Stop.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // New returns an open gate.
 func New() *Gate {
-	g := &Gate{open: make(chan struct{})}
+	g := &Gate{open: make(chan struct{}), stopped: make(chan struct{})}
 	close(g.open)
 	return g
+}
+
+// Stop fails every dial waiting at the gate and every later one, for
+// shutting down: a request made with a context that never ends (the
+// mcs-api informers' list and watch use context.TODO) would otherwise
+// wait at a closed gate for ever, and its informer with it.
+func (g *Gate) Stop() {
+	g.stopOnce.Do(func() { close(g.stopped) })
 }
 
 // Observe opens the gate when the server answered and closes it when it
@@ -75,17 +89,24 @@ func (g *Gate) Open() bool {
 	}
 }
 
-// Dial wraps dial: each new connection first waits until the gate is open
-// or ctx ends.
+// Dial wraps dial: each new connection first waits until the gate is open,
+// ctx ends or the gate is stopped.
 func (g *Gate) Dial(dial DialFunc) DialFunc {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		g.mu.Lock()
 		open := g.open
 		g.mu.Unlock()
 		select {
+		case <-g.stopped:
+			return nil, ErrStopped
+		default:
+		}
+		select {
 		case <-open:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-g.stopped:
+			return nil, ErrStopped
 		}
 		return dial(ctx, network, address)
 	}

@@ -71,6 +71,23 @@ func TestGate(t *testing.T) {
 			t.Fatalf("got %v, want context.Canceled", err)
 		}
 	})
+	t.Run("stopping the gate fails a dial held without an end, and every later one", func(t *testing.T) {
+		g.Observe(errors.New("broker unreachable"))
+		done := make(chan error, 1)
+		go func() {
+			_, err := dial(context.Background(), "tcp", ln.Addr().String())
+			done <- err
+		}()
+		g.Stop()
+		if err := <-done; !errors.Is(err, ErrStopped) {
+			t.Fatalf("the held dial: got %v, want ErrStopped", err)
+		}
+		g.Observe(nil)
+		if _, err := dial(context.Background(), "tcp", ln.Addr().String()); !errors.Is(err, ErrStopped) {
+			t.Fatalf("a dial after Stop: got %v, want ErrStopped", err)
+		}
+		g.Stop() // twice is fine
+	})
 }
 
 func TestARefusalIsAnAnswerAndKeepsTheGateOpen(t *testing.T) {
