@@ -2,6 +2,7 @@ package liveness
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -141,5 +142,40 @@ func TestTheProbeReadsEachLeaseInItsClustersNamespaceOnly(t *testing.T) {
 	defer c.book.mu.Unlock()
 	if _, ok := c.book.seen["west"]; !ok || len(c.book.seen) != 1 {
 		t.Fatalf("the probe saw the Leases of %v, want west's only", c.book.seen)
+	}
+}
+
+// A heartbeat renewal counts as contact with the broker only while the
+// broker is up: one answered by an API server that is stopping must not
+// end the outage the probe has just begun. Only the probe, which lists the
+// Leases first, ends it.
+func TestARenewalDoesNotEndAnOutageTheProbeBegan(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	brokerKube := kubefake.NewClientset()
+	brk := caches.NewBroker(brokerKube, mcsfake.NewSimpleClientset(), "mcsd-broker", "east", 0)
+	c, err := New(Config{
+		Shared: controller.Shared{ClusterID: "east", BrokerNamespace: "mcsd-broker", Local: kubefake.NewClientset(), Broker: brokerKube, Clock: clk},
+		TTL:    6 * time.Second,
+	}, brk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.renewalAnswered() {
+		t.Fatal("a renewal while the broker is up was not taken as contact")
+	}
+	if last, down := c.BrokerDown(); down || !last.Equal(clk.Now()) {
+		t.Fatalf("after a renewal: down %v, last contact %v; want up, %v", down, last, clk.Now())
+	}
+	clk.Step(time.Second)
+	c.brokerAnswered(context.Background(), errors.New("connection refused"))
+	clk.Step(time.Second)
+	if c.renewalAnswered() {
+		t.Fatal("a renewal ended the outage the probe began")
+	}
+	if _, down := c.BrokerDown(); !down {
+		t.Fatal("the broker counts as up after a renewal during an outage")
+	}
+	if _, frozen := c.book.frozen(); !frozen {
+		t.Fatal("liveness thawed by a renewal during an outage")
 	}
 }
