@@ -37,9 +37,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/manifests"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // DefaultNamespace is the broker namespace the shipped manifests use.
@@ -382,11 +382,11 @@ func waitEnforced(ctx context.Context, config *rest.Config, settings Settings) e
 		write: func(ctx context.Context) error {
 			_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{
-					Name: clustersetip.ClaimName(probeCluster, corev1.IPv4Protocol), Namespace: namespace,
-					Labels:     map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: probeCluster},
+					Name: vipalloc.ClaimName(probeCluster, corev1.IPv4Protocol), Namespace: namespace,
+					Labels:     map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: probeCluster},
 					Finalizers: []string{"mcsd.io/probe"},
 				},
-				Data: map[string]string{clustersetip.ClaimKey: block.Masked().String()},
+				Data: map[string]string{vipalloc.ClaimKey: block.Masked().String()},
 			}, dryRun)
 			return err
 		},

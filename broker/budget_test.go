@@ -23,9 +23,9 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // filler returns entries whose budget cost (key, value and 16 bytes each)
@@ -346,11 +346,11 @@ func TestTheWorstCaseObjectsFitTheirComputedSize(t *testing.T) {
 		block := netip.MustParsePrefix("fd7a:6d63:7364:ffff::/64")
 		c := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:        clustersetip.ClaimName(id, corev1.IPv6Protocol),
-				Labels:      labels(map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: id}),
+				Name:        vipalloc.ClaimName(id, corev1.IPv6Protocol),
+				Labels:      labels(map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: id}),
 				Annotations: annotations(nil, budget.AnnotationBytes),
 			},
-			Data: map[string]string{clustersetip.ClaimKey: block.String()},
+			Data: map[string]string{vipalloc.ClaimKey: block.String()},
 		}
 		cms := kube.CoreV1().ConfigMaps(ns)
 		_, err := cms.Create(ctx, c, metav1.CreateOptions{})

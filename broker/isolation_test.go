@@ -23,9 +23,9 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 const ns = broker.DefaultNamespace
@@ -101,8 +101,8 @@ func slice(id, name string, family discoveryv1.AddressType, addrs ...string) *di
 
 func claim(id, name, block string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: id}},
-		Data:       map[string]string{clustersetip.ClaimKey: block},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: id}},
+		Data:       map[string]string{vipalloc.ClaimKey: block},
 	}
 }
 
@@ -193,17 +193,17 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		accepted(t, err)
 
 		for _, m := range []member{two, three} {
-			c := clustersetip.Claimer{Kube: m.kube, Namespace: ns, ClusterID: m.id}
-			v4, err := c.Claim(ctx, clustersetip.DefaultClusterSetCIDRv4, netip.Prefix{}, clustersetip.DefaultBlockBitsV4)
+			c := vipalloc.Claimer{Kube: m.kube, Namespace: ns, ClusterID: m.id}
+			v4, err := c.Claim(ctx, vipalloc.DefaultClusterSetCIDRv4, netip.Prefix{}, vipalloc.DefaultBlockBitsV4)
 			accepted(t, err)
-			_, err = c.Claim(ctx, clustersetip.DefaultClusterSetCIDRv6, netip.Prefix{}, clustersetip.DefaultBlockBitsV6)
+			_, err = c.Claim(ctx, vipalloc.DefaultClusterSetCIDRv6, netip.Prefix{}, vipalloc.DefaultBlockBitsV6)
 			accepted(t, err)
 			if m.id == "cluster3" {
 				continue
 			}
 			// Released and claimed again, as a member that lost a race does.
 			accepted(t, c.Release(ctx, v4))
-			_, err = c.Claim(ctx, clustersetip.DefaultClusterSetCIDRv4, v4, 0)
+			_, err = c.Claim(ctx, vipalloc.DefaultClusterSetCIDRv4, v4, 0)
 			accepted(t, err)
 		}
 	})
@@ -320,7 +320,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 
 	t.Run("names: another cluster's claim, a second claim or another ConfigMap is refused", func(t *testing.T) {
 		cms := two.kube.CoreV1().ConfigMaps(ns)
-		_, err := cms.Create(ctx, claim("cluster2", clustersetip.ClaimName("cluster3", corev1.IPv4Protocol), "243.99.0.0/16"), create)
+		_, err := cms.Create(ctx, claim("cluster2", vipalloc.ClaimName("cluster3", corev1.IPv4Protocol), "243.99.0.0/16"), create)
 		refused(t, err, "cluster cluster2 may only write configmaps named clustersetip-cluster2-ipv4 or clustersetip-cluster2-ipv6")
 		_, err = cms.Create(ctx, claim("cluster2", "clustersetip-cluster2-ipv4-second", "243.98.0.0/16"), create)
 		refused(t, err, "may only write configmaps named")
@@ -332,14 +332,14 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 			refused(t, err, "may only write configmaps named")
 		}
 		// west withdrawing east's claim.
-		err = cms.Delete(ctx, clustersetip.ClaimName("cluster3", corev1.IPv4Protocol), metav1.DeleteOptions{})
+		err = cms.Delete(ctx, vipalloc.ClaimName("cluster3", corev1.IPv4Protocol), metav1.DeleteOptions{})
 		refused(t, err, "may not change or delete an object of cluster cluster3")
 	})
 
 	t.Run("claims: only one masked block of the configured size inside the clusterset range", func(t *testing.T) {
 		cms := two.kube.CoreV1().ConfigMaps(ns)
-		v4 := clustersetip.ClaimName("cluster2", corev1.IPv4Protocol)
-		v6 := clustersetip.ClaimName("cluster2", corev1.IPv6Protocol)
+		v4 := vipalloc.ClaimName("cluster2", corev1.IPv4Protocol)
+		v6 := vipalloc.ClaimName("cluster2", corev1.IPv6Protocol)
 		// Free the member's own names first, so that only the policy refuses.
 		accepted(t, cms.Delete(ctx, v4, metav1.DeleteOptions{}))
 		accepted(t, cms.Delete(ctx, v6, metav1.DeleteOptions{}))
@@ -361,7 +361,7 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 			refused(t, err, "cluster cluster2 may only claim")
 		}
 		unlabelled := claim("cluster2", v4, "243.7.0.0/16")
-		delete(unlabelled.Labels, clustersetip.LabelClaim)
+		delete(unlabelled.Labels, vipalloc.LabelClaim)
 		_, err := cms.Create(ctx, unlabelled, create)
 		refused(t, err, "may only claim")
 		extra := claim("cluster2", v4, "243.7.0.0/16")
@@ -382,10 +382,10 @@ func TestAMemberCannotForgeAnotherMembersRecords(t *testing.T) {
 		var err error
 		for range 50 { // RBAC caches the new binding for a moment
 			var cm *corev1.ConfigMap // members may not get a ConfigMap by name: list or ask the administrator
-			if cm, err = b.Kube.CoreV1().ConfigMaps(ns).Get(ctx, clustersetip.ClaimName("cluster2", corev1.IPv4Protocol), metav1.GetOptions{}); err != nil {
+			if cm, err = b.Kube.CoreV1().ConfigMaps(ns).Get(ctx, vipalloc.ClaimName("cluster2", corev1.IPv4Protocol), metav1.GetOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			cm.Data[clustersetip.ClaimKey] = "243.8.0.0/16"
+			cm.Data[vipalloc.ClaimKey] = "243.8.0.0/16"
 			if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err == nil || !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
 				break
 			}
@@ -671,7 +671,7 @@ func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
 	east := kubernetes.NewForConfigOrDie(b.TokenConfig(token))
 	eastMCS := mcsclient.NewForConfigOrDie(b.TokenConfig(token))
 	cms := east.CoreV1().ConfigMaps(other)
-	v4 := clustersetip.ClaimName("east", corev1.IPv4Protocol)
+	v4 := vipalloc.ClaimName("east", corev1.IPv4Protocol)
 	mk := func(block string) *corev1.ConfigMap {
 		c := claim("east", v4, block)
 		c.Namespace = other
@@ -680,7 +680,7 @@ func TestInstallWithOtherSettingsInAnotherNamespace(t *testing.T) {
 
 	_, err = cms.Create(ctx, mk("243.1.0.0/16"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	refused(t, err, "cluster east may only claim, labelled mcsd.io/clustersetip-block and with the single data key block, one masked /24 block inside the clusterset CIDR 10.200.0.0/16")
-	block, err := clustersetip.Claimer{Kube: east, Namespace: other, ClusterID: "east"}.Claim(ctx, settings.ClusterSetCIDRv4, netip.Prefix{}, 24)
+	block, err := vipalloc.Claimer{Kube: east, Namespace: other, ClusterID: "east"}.Claim(ctx, settings.ClusterSetCIDRv4, netip.Prefix{}, 24)
 	if err != nil || block != netip.MustParsePrefix("10.200.0.0/24") {
 		t.Fatalf("claim = %s, %v", block, err)
 	}

@@ -19,10 +19,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // TestMigrateMovesTheSharedLayout: a broker of the shared layout, where
@@ -45,8 +45,8 @@ func TestMigrateMovesTheSharedLayout(t *testing.T) {
 		}
 		tokens[id] = token
 	}
-	westBlock, err := clustersetip.Claimer{Kube: kubernetes.NewForConfigOrDie(b.TokenConfig(tokens["west"])), Namespace: ns, ClusterID: "west"}.
-		Claim(ctx, clustersetip.DefaultClusterSetCIDRv4, netip.Prefix{}, clustersetip.DefaultBlockBitsV4)
+	westBlock, err := vipalloc.Claimer{Kube: kubernetes.NewForConfigOrDie(b.TokenConfig(tokens["west"])), Namespace: ns, ClusterID: "west"}.
+		Claim(ctx, vipalloc.DefaultClusterSetCIDRv4, netip.Prefix{}, vipalloc.DefaultBlockBitsV4)
 	if err != nil {
 		t.Fatal(err)
 	}

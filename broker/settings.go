@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // SettingsName is the ConfigMap of the broker namespace that holds the
@@ -46,13 +46,13 @@ type Settings struct {
 	// Namespace is the broker namespace (default DefaultNamespace).
 	Namespace string
 	// ClusterSetCIDRv4 and ClusterSetCIDRv6 are the clusterset ranges
-	// (default clustersetip.DefaultClusterSetCIDRv4 and v6): ClusterSetIP
+	// (default vipalloc.DefaultClusterSetCIDRv4 and v6): ClusterSetIP
 	// claims and VIPs of export records must lie inside them. Members must
 	// run with the same ranges (Ranges): mcsd reads them from here, and
 	// refuses a --clusterset-cidrs that disagrees.
 	ClusterSetCIDRv4, ClusterSetCIDRv6 netip.Prefix
 	// BlockBitsV4 and BlockBitsV6 are the prefix lengths of the block each
-	// member claims (default clustersetip.DefaultBlockBitsV4 and V6),
+	// member claims (default vipalloc.DefaultBlockBitsV4 and V6),
 	// read by every member's mcsd as its --vip-block-bits-ipv4 and -ipv6.
 	BlockBitsV4, BlockBitsV6 int
 	// MaxMembers is how many members may join (default
@@ -157,16 +157,16 @@ func (s Settings) WithDefaults() Settings {
 		s.Namespace = DefaultNamespace
 	}
 	if !s.ClusterSetCIDRv4.IsValid() {
-		s.ClusterSetCIDRv4 = clustersetip.DefaultClusterSetCIDRv4
+		s.ClusterSetCIDRv4 = vipalloc.DefaultClusterSetCIDRv4
 	}
 	if !s.ClusterSetCIDRv6.IsValid() {
-		s.ClusterSetCIDRv6 = clustersetip.DefaultClusterSetCIDRv6
+		s.ClusterSetCIDRv6 = vipalloc.DefaultClusterSetCIDRv6
 	}
 	if s.BlockBitsV4 == 0 {
-		s.BlockBitsV4 = clustersetip.DefaultBlockBitsV4
+		s.BlockBitsV4 = vipalloc.DefaultBlockBitsV4
 	}
 	if s.BlockBitsV6 == 0 {
-		s.BlockBitsV6 = clustersetip.DefaultBlockBitsV6
+		s.BlockBitsV6 = vipalloc.DefaultBlockBitsV6
 	}
 	if s.MaxMembers == 0 {
 		s.MaxMembers = DefaultMaxMembers

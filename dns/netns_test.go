@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // exchangeIn sends m from inside ns over network to address and returns the
@@ -84,7 +84,7 @@ func TestServeIPv6ClientsInANamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	vip6 := clustersetip.DefaultClusterSetCIDRv6.Addr().As16()
+	vip6 := vipalloc.DefaultClusterSetCIDRv6.Addr().As16()
 	vip6[15] = 10
 	vip := netip.AddrFrom16(vip6).String()
 	// serve serves, on listen inside the node, an index of its own (the
@@ -100,7 +100,7 @@ func TestServeIPv6ClientsInANamespace(t *testing.T) {
 		srv, err := New(Config{
 			Index:        idx,
 			LocalCluster: localCluster,
-			ReverseCIDRs: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6, netip.MustParsePrefix("fd64::/16")},
+			ReverseCIDRs: []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6, netip.MustParsePrefix("fd64::/16")},
 			Logger:       ktesting.NewLogger(t, ktesting.NewConfig()),
 		})
 		if err != nil {

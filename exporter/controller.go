@@ -17,12 +17,12 @@ import (
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/sliceapply"
-	"github.com/mcsd-io/mcsd/internal/tombstone"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // Config is what the exporter needs besides its informers. Shared's Local
@@ -38,10 +38,10 @@ type Config struct {
 	ClusterSetIPs bool
 	// Allocators hand out VIPs from this cluster's claimed blocks, per IP
 	// family; a family without one gets no VIPs.
-	Allocators map[corev1.IPFamily]*clustersetip.Allocator
+	Allocators map[corev1.IPFamily]*vipalloc.Allocator
 	// ClusterSetCIDRs are the clusterset ranges (mcsd's
 	// --clusterset-cidrs). The exporter weighs other clusters' VIPs as the
-	// importers do (clustersetip.Rule), so it never copies one they refuse;
+	// importers do (vipalloc.Rule), so it never copies one they refuse;
 	// empty means any range.
 	ClusterSetCIDRs []netip.Prefix
 	// Metrics (nil: unregistered ones).
@@ -210,9 +210,9 @@ func (c *Controller) exportRules() broker.ExportRules {
 }
 
 // vipRule is the VIP rule as the claims on the broker stand now.
-func (c *Controller) vipRule() clustersetip.Rule {
-	claims, _ := clustersetip.ParseClaims(c.claims.List())
-	return clustersetip.Rule{ClusterSet: c.cfg.ClusterSetCIDRs, Owners: clustersetip.Owners(claims)}
+func (c *Controller) vipRule() vipalloc.Rule {
+	claims, _ := vipalloc.ParseClaims(c.claims.List())
+	return vipalloc.Rule{ClusterSet: c.cfg.ClusterSetCIDRs, Owners: vipalloc.Owners(claims)}
 }
 
 // resyncAll queues every export of this cluster, once the exporter runs.
@@ -248,8 +248,8 @@ var coreSliceIndex = record.NamespacedLabelIndex(discoveryv1.LabelServiceName)
 // services holding the record's VIPs are re-synced too: one service taking
 // or letting go of an address changes whether another may hold it.
 func (c *Controller) onRecord(old, cur any) {
-	o, _ := tombstone.Object[*mcsv1beta1.ServiceImport](old)
-	n, _ := tombstone.Object[*mcsv1beta1.ServiceImport](cur)
+	o, _ := cacheobj.Object[*mcsv1beta1.ServiceImport](old)
+	n, _ := cacheobj.Object[*mcsv1beta1.ServiceImport](cur)
 	var oldVIPs, curVIPs []string
 	latest := n
 	if o != nil {
@@ -279,8 +279,8 @@ func (c *Controller) onRecord(old, cur any) {
 // holdingOf is a broker record's hold on its VIPs, read from its labels and
 // precedence alone: every record of the clusterset passes here, and most
 // hold no VIP this exporter weighs.
-func holdingOf(si *mcsv1beta1.ServiceImport) clustersetip.Holding {
-	return clustersetip.Holding{
+func holdingOf(si *mcsv1beta1.ServiceImport) vipalloc.Holding {
+	return vipalloc.Holding{
 		Cluster: si.Labels[record.LabelSourceCluster],
 		Service: record.ServiceKey(si.Labels[record.LabelServiceNamespace], si.Labels[record.LabelServiceName]),
 		Created: record.Precedence(si).Time,

@@ -25,10 +25,10 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // The service every unit test exports, from cluster "east".
@@ -109,9 +109,9 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 			family = corev1.IPv6Protocol
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Namespace: testBrokerNS, Name: clustersetip.ClaimName(claim.cluster, family), ResourceVersion: fmt.Sprint(i + 1),
-			Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: claim.cluster},
-		}, Data: map[string]string{clustersetip.ClaimKey: claim.block}}
+			Namespace: testBrokerNS, Name: vipalloc.ClaimName(claim.cluster, family), ResourceVersion: fmt.Sprint(i + 1),
+			Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: claim.cluster},
+		}, Data: map[string]string{vipalloc.ClaimKey: claim.block}}
 		if err := f.broker.Tracker().Add(cm); err != nil {
 			t.Fatal(err)
 		}
@@ -123,16 +123,16 @@ func newFixture(t *testing.T, configure func(*Config)) *fixture {
 
 // withVIPs turns ClusterSetIPs on by default, with the given IPv4
 // allocator.
-func withVIPs(a *clustersetip.Allocator) func(*Config) {
+func withVIPs(a *vipalloc.Allocator) func(*Config) {
 	return func(cfg *Config) {
 		cfg.ClusterSetIPs = true
-		cfg.Allocators = map[corev1.IPFamily]*clustersetip.Allocator{corev1.IPv4Protocol: a}
+		cfg.Allocators = map[corev1.IPFamily]*vipalloc.Allocator{corev1.IPv4Protocol: a}
 	}
 }
 
 // allocator hands out addresses of block.
-func allocator(block string) *clustersetip.Allocator {
-	return clustersetip.NewAllocator(netip.MustParsePrefix(block))
+func allocator(block string) *vipalloc.Allocator {
+	return vipalloc.NewAllocator(netip.MustParsePrefix(block))
 }
 
 // add stores objects in the fake API servers they belong to, as the
@@ -191,7 +191,7 @@ func (f *fixture) settle() {
 	f.replace(f.localInf.Services(), items(services.Items))
 	f.replace(f.localInf.EndpointSlices(), items(slices.Items))
 	f.replace(f.brokerInf.OwnSlices(), items(own.Items))
-	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: clustersetip.LabelClaim})
+	claims, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: vipalloc.LabelClaim})
 	f.check(err)
 	f.replace(f.brokerInf.Claims(), items(claims.Items))
 	rules, err := f.broker.CoreV1().ConfigMaps(testBrokerNS).List(ctx, metav1.ListOptions{LabelSelector: broker.LabelExportRule})

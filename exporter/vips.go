@@ -11,9 +11,9 @@ import (
 
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // vipBook tracks which ClusterSetIPs the broker's records hold, so this
@@ -21,25 +21,25 @@ import (
 // after a restart too, since it is filled from the records themselves — and
 // frees an address of this cluster's block once no record holds it.
 type vipBook struct {
-	allocators map[corev1.IPFamily]*clustersetip.Allocator
+	allocators map[corev1.IPFamily]*vipalloc.Allocator
 	// rule is which records may hold which VIPs, as the claims stand now:
 	// the importers' rule, applied before merging so that this cluster
 	// copies only a VIP every importer takes.
-	rule func() clustersetip.Rule
+	rule func() vipalloc.Rule
 
 	mu      sync.Mutex
-	holders map[netip.Addr]map[string]clustersetip.Holding // VIP -> records holding it, by name
+	holders map[netip.Addr]map[string]vipalloc.Holding // VIP -> records holding it, by name
 }
 
-func newVIPBook(allocators map[corev1.IPFamily]*clustersetip.Allocator, rule func() clustersetip.Rule) *vipBook {
-	return &vipBook{allocators: allocators, rule: rule, holders: map[netip.Addr]map[string]clustersetip.Holding{}}
+func newVIPBook(allocators map[corev1.IPFamily]*vipalloc.Allocator, rule func() vipalloc.Rule) *vipBook {
+	return &vipBook{allocators: allocators, rule: rule, holders: map[netip.Addr]map[string]vipalloc.Holding{}}
 }
 
 // holdersOf returns every record holding vip.
-func (b *vipBook) holdersOf(vip netip.Addr) []clustersetip.Holding {
+func (b *vipBook) holdersOf(vip netip.Addr) []vipalloc.Holding {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]clustersetip.Holding, 0, len(b.holders[vip]))
+	out := make([]vipalloc.Holding, 0, len(b.holders[vip]))
 	for _, h := range b.holders[vip] {
 		out = append(out, h)
 	}
@@ -48,7 +48,7 @@ func (b *vipBook) holdersOf(vip netip.Addr) []clustersetip.Holding {
 
 // observe records that the named record, whose hold is h, holds vips now
 // (nil when deleted).
-func (b *vipBook) observe(recordName string, h clustersetip.Holding, previous, current []string) {
+func (b *vipBook) observe(recordName string, h vipalloc.Holding, previous, current []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range previous {
@@ -70,7 +70,7 @@ func (b *vipBook) observe(recordName string, h clustersetip.Holding, previous, c
 			continue
 		}
 		if b.holders[ip] == nil {
-			b.holders[ip] = map[string]clustersetip.Holding{}
+			b.holders[ip] = map[string]vipalloc.Holding{}
 		}
 		b.holders[ip][recordName] = h
 		if a := b.allocatorFor(ip); a != nil {
@@ -79,7 +79,7 @@ func (b *vipBook) observe(recordName string, h clustersetip.Holding, previous, c
 	}
 }
 
-func (b *vipBook) allocatorFor(ip netip.Addr) *clustersetip.Allocator {
+func (b *vipBook) allocatorFor(ip netip.Addr) *vipalloc.Allocator {
 	a := b.allocators[record.FamilyOf(ip)]
 	if a == nil || !a.Contains(ip) {
 		return nil

@@ -17,9 +17,9 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // export is a record.Export of the test service by cluster, created at
@@ -35,7 +35,7 @@ func export(cluster string, created time.Time, vips ...string) record.Export {
 }
 
 // exhausted is an allocator of 243.1.0.0/30 with every address taken.
-func exhausted() *clustersetip.Allocator {
+func exhausted() *vipalloc.Allocator {
 	a := allocator("243.1.0.0/30")
 	for _, s := range []string{"243.1.0.1", "243.1.0.2", "243.1.0.3"} {
 		a.Reserve(netip.MustParseAddr(s))
@@ -45,12 +45,12 @@ func exhausted() *clustersetip.Allocator {
 
 // testRule is the VIP rule of the unit tests: each test cluster owns the
 // block its VIPs come from.
-func testRule() clustersetip.Rule {
-	var claims []clustersetip.Claim
+func testRule() vipalloc.Rule {
+	var claims []vipalloc.Claim
 	for i, c := range testClaims {
-		claims = append(claims, clustersetip.Claim{Block: netip.MustParsePrefix(c.block), Cluster: c.cluster, Name: c.block, Revision: uint64(i + 1)})
+		claims = append(claims, vipalloc.Claim{Block: netip.MustParsePrefix(c.block), Cluster: c.cluster, Name: c.block, Revision: uint64(i + 1)})
 	}
-	return clustersetip.Rule{ClusterSet: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}, Owners: clustersetip.Owners(claims)}
+	return vipalloc.Rule{ClusterSet: []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6}, Owners: vipalloc.Owners(claims)}
 }
 
 func TestChooseVIPs(t *testing.T) {
@@ -60,7 +60,7 @@ func TestChooseVIPs(t *testing.T) {
 		name      string
 		own       func(*record.Export)
 		others    []record.Export
-		v4, v6    *clustersetip.Allocator
+		v4, v6    *vipalloc.Allocator
 		want      []string
 		exhausted bool   // the error is errVIPExhausted
 		err       string // part of the error, when one is expected
@@ -142,7 +142,7 @@ func TestChooseVIPs(t *testing.T) {
 			if tc.v4 == nil {
 				tc.v4 = allocator("243.1.0.0/16")
 			}
-			allocators := map[corev1.IPFamily]*clustersetip.Allocator{corev1.IPv4Protocol: tc.v4}
+			allocators := map[corev1.IPFamily]*vipalloc.Allocator{corev1.IPv4Protocol: tc.v4}
 			if tc.v6 != nil {
 				allocators[corev1.IPv6Protocol] = tc.v6
 			}
@@ -198,36 +198,36 @@ func TestVIPBookTracksWhatTheRecordsHold(t *testing.T) {
 	ip := netip.MustParseAddr
 	for _, tc := range []struct {
 		name string
-		run  func(b *vipBook, a *clustersetip.Allocator) error
+		run  func(b *vipBook, a *vipalloc.Allocator) error
 		used int
 	}{
-		{"an address a record holds is never handed out", func(b *vipBook, a *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
+		{"an address a record holds is never handed out", func(b *vipBook, a *vipalloc.Allocator) error {
+			b.observe("shop.cart.west", vipalloc.Holding{}, nil, []string{"243.1.0.1"})
 			if got, err := a.Allocate(); err != nil || got == ip("243.1.0.1") {
 				return fmt.Errorf("allocated %v (%v) while a record holds 243.1.0.1", got, err)
 			}
 			return nil
 		}, 2},
-		{"an address is freed once the last record holding it goes", func(b *vipBook, a *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.east", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.west", clustersetip.Holding{}, []string{"243.1.0.1"}, nil)
+		{"an address is freed once the last record holding it goes", func(b *vipBook, a *vipalloc.Allocator) error {
+			b.observe("shop.cart.west", vipalloc.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.east", vipalloc.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.west", vipalloc.Holding{}, []string{"243.1.0.1"}, nil)
 			if a.Used() != 1 {
 				return fmt.Errorf("243.1.0.1 freed while shop.cart.east still holds it")
 			}
-			b.observe("shop.cart.east", clustersetip.Holding{}, []string{"243.1.0.1"}, nil)
+			b.observe("shop.cart.east", vipalloc.Holding{}, []string{"243.1.0.1"}, nil)
 			return nil
 		}, 0},
-		{"a record that changes its VIP frees the old one", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.east", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
-			b.observe("shop.cart.east", clustersetip.Holding{}, []string{"243.1.0.1"}, []string{"243.1.0.2"})
+		{"a record that changes its VIP frees the old one", func(b *vipBook, _ *vipalloc.Allocator) error {
+			b.observe("shop.cart.east", vipalloc.Holding{}, nil, []string{"243.1.0.1"})
+			b.observe("shop.cart.east", vipalloc.Holding{}, []string{"243.1.0.1"}, []string{"243.1.0.2"})
 			return nil
 		}, 1},
-		{"addresses of other blocks and malformed ones are not this block's", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.2.0.5", "not-an-ip"})
+		{"addresses of other blocks and malformed ones are not this block's", func(b *vipBook, _ *vipalloc.Allocator) error {
+			b.observe("shop.cart.west", vipalloc.Holding{}, nil, []string{"243.2.0.5", "not-an-ip"})
 			return nil
 		}, 0},
-		{"release frees an address no record holds", func(b *vipBook, a *clustersetip.Allocator) error {
+		{"release frees an address no record holds", func(b *vipBook, a *vipalloc.Allocator) error {
 			got, err := a.Allocate()
 			if err != nil {
 				return err
@@ -235,15 +235,15 @@ func TestVIPBookTracksWhatTheRecordsHold(t *testing.T) {
 			b.release([]string{got.String()})
 			return nil
 		}, 0},
-		{"release keeps an address a record holds", func(b *vipBook, _ *clustersetip.Allocator) error {
-			b.observe("shop.cart.west", clustersetip.Holding{}, nil, []string{"243.1.0.1"})
+		{"release keeps an address a record holds", func(b *vipBook, _ *vipalloc.Allocator) error {
+			b.observe("shop.cart.west", vipalloc.Holding{}, nil, []string{"243.1.0.1"})
 			b.release([]string{"243.1.0.1"})
 			return nil
 		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := allocator("243.1.0.0/16")
-			b := newVIPBook(map[corev1.IPFamily]*clustersetip.Allocator{corev1.IPv4Protocol: a}, testRule)
+			b := newVIPBook(map[corev1.IPFamily]*vipalloc.Allocator{corev1.IPv4Protocol: a}, testRule)
 			if err := tc.run(b, a); err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +267,7 @@ func TestSyncGivesTheExportItsClusterSetIP(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		defaultOn  bool
-		allocator  *clustersetip.Allocator
+		allocator  *vipalloc.Allocator
 		export     *mcsv1beta1.ServiceExport // serviceExport(nil) when nil
 		objects    []runtime.Object
 		vips       []string

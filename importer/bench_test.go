@@ -24,11 +24,11 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // firstSeen records when each key was first seen satisfying a condition.
@@ -211,10 +211,10 @@ func BenchmarkImportAtScale(b *testing.B) {
 		block := netip.PrefixFrom(netip.AddrFrom4([4]byte{243, byte(200 + i), 0, 0}), 16)
 		claim := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:   clustersetip.ClaimName(c, corev1.IPv4Protocol),
-				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: c},
+				Name:   vipalloc.ClaimName(c, corev1.IPv4Protocol),
+				Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: c},
 			},
-			Data: map[string]string{clustersetip.ClaimKey: block.String()},
+			Data: map[string]string{vipalloc.ClaimKey: block.String()},
 		}
 		if _, err := kube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)

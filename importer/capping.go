@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // DefaultMaxServicesPerCluster is how many records one cluster may
@@ -165,7 +165,7 @@ func (c *Controller) onRecordAdded(obj any) {
 }
 
 func (c *Controller) onRecordDeleted(obj any) {
-	r, ok := tombstone.Object[*record.Cached](obj)
+	r, ok := cacheobj.Object[*record.Cached](obj)
 	if !ok {
 		return
 	}

@@ -108,7 +108,7 @@ const (
 	// byServiceNamespace: broker records by the service's namespace.
 	byServiceNamespace = "serviceNamespace"
 	// byVIP: broker records by the ClusterSetIPs they hold, which the VIP
-	// rule weighs against each other (clustersetip.Rule).
+	// rule weighs against each other (vipalloc.Rule).
 	byVIP = "vip"
 )
 

@@ -653,7 +653,7 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.t = t
 		// cluster2's record holds a copy of cluster1's VIP, as every
 		// exporter copies the merged VIP: a copy of what the block's owner
-		// gives the same service counts (clustersetip.Rule), and no
+		// gives the same service counts (vipalloc.Rule), and no
 		// importer reports it.
 		for _, m := range members {
 			list, err := m.Kube.CoreV1().Events("app").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=" + importer.ReasonClusterSetIPNotOwned})

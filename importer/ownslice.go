@@ -8,7 +8,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/mcsd-io/mcsd/internal/trim"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 )
 
 // contentDigestAnnotation holds, in the importer's own cache only, a digest
@@ -25,11 +25,11 @@ const contentDigestAnnotation = "importer.mcsd.io/cached-content-digest"
 func TrimOwnSlice(obj any) (any, error) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
-		return trim.ManagedFields(obj)
+		return cacheobj.ManagedFields(obj)
 	}
 	out := &discoveryv1.EndpointSlice{ObjectMeta: s.ObjectMeta, AddressType: s.AddressType}
 	out.ManagedFields = nil
-	out.Labels = trim.Labels(s.Labels)
+	out.Labels = cacheobj.SharedLabels(s.Labels)
 	out.Annotations = maps.Clone(s.Annotations)
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}

@@ -13,9 +13,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/tombstone"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // Members trust the broker's API server, not each other. The broker's
@@ -26,9 +26,9 @@ import (
 //
 //   - a record's ClusterSetIP counts only when it lies inside this
 //     importer's clusterset ranges and inside a block the record's cluster
-//     owns (the block claims on the broker, clustersetip.Owners), or is a
+//     owns (the block claims on the broker, vipalloc.Owners), or is a
 //     copy of what the block's owner gave the same service
-//     (clustersetip.Rule, which the exporters apply too);
+//     (vipalloc.Rule, which the exporters apply too);
 //   - a remote endpoint counts only when its addresses lie inside the pod
 //     CIDRs the broker's administrator declared for its cluster
 //     (broker.ParseDeclaration);
@@ -45,10 +45,10 @@ import (
 const (
 	// ReasonClusterSetIPOutsideRange: a record's VIP is not inside the
 	// importer's clusterset ranges (--clusterset-cidrs).
-	ReasonClusterSetIPOutsideRange = clustersetip.ReasonOutsideRange
+	ReasonClusterSetIPOutsideRange = vipalloc.ReasonOutsideRange
 	// ReasonClusterSetIPNotOwned: a record's VIP is not inside a block its
 	// cluster owns.
-	ReasonClusterSetIPNotOwned = clustersetip.ReasonNotOwned
+	ReasonClusterSetIPNotOwned = vipalloc.ReasonNotOwned
 	// ReasonEndpointsOutsidePodCIDRs: endpoints of a cluster lie outside
 	// the pod CIDRs declared for it.
 	ReasonEndpointsOutsidePodCIDRs = "EndpointsOutsidePodCIDRs"
@@ -73,7 +73,7 @@ type trust struct {
 	clusterSet []netip.Prefix
 
 	mu     sync.RWMutex
-	owners []clustersetip.Claim
+	owners []vipalloc.Claim
 	// declared holds each member's declaration; a member without one is
 	// absent.
 	declared map[string]broker.Declaration
@@ -89,15 +89,15 @@ func (t *trust) exportRules() broker.ExportRules {
 }
 
 // rule is the VIP rule as the claims stand now.
-func (t *trust) rule() clustersetip.Rule {
+func (t *trust) rule() vipalloc.Rule {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return clustersetip.Rule{ClusterSet: t.clusterSet, Owners: t.owners}
+	return vipalloc.Rule{ClusterSet: t.clusterSet, Owners: t.owners}
 }
 
 // vipIndex indexes valid records by their ClusterSetIPs, in canonical form.
 func vipIndex(obj any) ([]string, error) {
-	r, ok := tombstone.Object[*record.Cached](obj)
+	r, ok := cacheobj.Object[*record.Cached](obj)
 	if !ok || r.Invalid != nil {
 		return nil, nil
 	}
@@ -111,12 +111,12 @@ func vipIndex(obj any) ([]string, error) {
 }
 
 // holdersOf returns every valid record holding vip.
-func (c *Controller) holdersOf(vip netip.Addr) []clustersetip.Holding {
+func (c *Controller) holdersOf(vip netip.Addr) []vipalloc.Holding {
 	objs, _ := c.records.ByIndex(byVIP, vip.Unmap().String())
-	out := make([]clustersetip.Holding, 0, len(objs))
+	out := make([]vipalloc.Holding, 0, len(objs))
 	for _, o := range objs {
 		if r, ok := o.(*record.Cached); ok && r.Invalid == nil {
-			out = append(out, clustersetip.HoldingOf(r.Export))
+			out = append(out, vipalloc.HoldingOf(r.Export))
 		}
 	}
 	return out
@@ -329,16 +329,16 @@ func (c *Controller) rulesChanged() {
 // claimsChanged recomputes the block owners and resyncs every service
 // whose records' VIPs change verdict.
 func (c *Controller) claimsChanged() {
-	claims, malformed := clustersetip.ParseClaims(c.claims.List())
+	claims, malformed := vipalloc.ParseClaims(c.claims.List())
 	for _, err := range malformed {
 		klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "err", err)
 	}
-	owners := clustersetip.Owners(claims)
+	owners := vipalloc.Owners(claims)
 	c.trust.mu.Lock()
 	before := c.trust.owners
 	c.trust.owners = owners
 	c.trust.mu.Unlock()
-	if slices.EqualFunc(before, owners, func(a, b clustersetip.Claim) bool { return a.Block == b.Block && a.Cluster == b.Cluster }) {
+	if slices.EqualFunc(before, owners, func(a, b vipalloc.Claim) bool { return a.Block == b.Block && a.Cluster == b.Cluster }) {
 		return
 	}
 	klog.V(2).InfoS("ClusterSetIP block owners changed", "owners", describeOwners(owners))
@@ -356,8 +356,8 @@ func (c *Controller) claimsChanged() {
 			if err != nil {
 				continue
 			}
-			was, _ := clustersetip.OwnerOf(before, ip)
-			now, _ := clustersetip.OwnerOf(owners, ip)
+			was, _ := vipalloc.OwnerOf(before, ip)
+			now, _ := vipalloc.OwnerOf(owners, ip)
 			if was != now {
 				c.EnqueueService(r)
 				break
@@ -366,7 +366,7 @@ func (c *Controller) claimsChanged() {
 	}
 }
 
-func describeOwners(owners []clustersetip.Claim) []string {
+func describeOwners(owners []vipalloc.Claim) []string {
 	out := make([]string, len(owners))
 	for i, o := range owners {
 		out[i] = o.Block.String() + "=" + o.Cluster

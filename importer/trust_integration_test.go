@@ -20,12 +20,12 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // remote is a cluster the test plays on the broker: its records, slices,
@@ -52,10 +52,10 @@ func (r *remote) claim(block string) {
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   clustersetip.ClaimName(r.id, family),
-			Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: r.id},
+			Name:   vipalloc.ClaimName(r.id, family),
+			Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: r.id},
 		},
-		Data: map[string]string{clustersetip.ClaimKey: p.String()},
+		Data: map[string]string{vipalloc.ClaimKey: p.String()},
 	}
 	if _, err := r.e.cs.Broker.Kube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(r.e.ctx, cm, metav1.CreateOptions{}); err != nil {
 		r.e.t.Fatal(err)
@@ -198,7 +198,7 @@ func TestImporterDefendsAgainstAMember(t *testing.T) {
 	)
 	opts := fixture.ImporterOptions{
 		ClusterTTL:            clusterTTL,
-		ClusterSetCIDRs:       []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6},
+		ClusterSetCIDRs:       []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6},
 		MaxServicesPerCluster: maxRecords,
 		GoneClusterGrace:      grace,
 	}

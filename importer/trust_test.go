@@ -17,24 +17,24 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/liveness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // trustingController is a controller with only what the trust checks need.
 func trustingController(clusterSet []netip.Prefix, owners map[string]string, declared map[string]string) (*Controller, *kuberecord.FakeRecorder) {
 	rec := kuberecord.NewFakeRecorder(100)
 	t := &trust{clusterSet: clusterSet, declared: map[string]broker.Declaration{}}
-	var claims []clustersetip.Claim
+	var claims []vipalloc.Claim
 	rev := uint64(1)
 	for block, cluster := range owners {
-		claims = append(claims, clustersetip.Claim{Block: netip.MustParsePrefix(block), Cluster: cluster, Name: block, Revision: rev})
+		claims = append(claims, vipalloc.Claim{Block: netip.MustParsePrefix(block), Cluster: cluster, Name: block, Revision: rev})
 		rev++
 	}
-	t.owners = clustersetip.Owners(claims)
+	t.owners = vipalloc.Owners(claims)
 	for cluster, cidrs := range declared {
 		d := broker.Declaration{Cluster: cluster}
 		for _, p := range strings.Split(cidrs, ",") {
@@ -90,11 +90,11 @@ func TestARecordsVIPCountsOnlyInsideTheClustersetAndABlockItsClusterOwns(t *test
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := vipExport(tc.cluster, t0.Add(time.Minute), tc.vip)
-			holders := []clustersetip.Holding{clustersetip.HoldingOf(e)}
+			holders := []vipalloc.Holding{vipalloc.HoldingOf(e)}
 			for _, o := range tc.others {
-				holders = append(holders, clustersetip.HoldingOf(o))
+				holders = append(holders, vipalloc.HoldingOf(o))
 			}
-			if got, _ := c.trust.rule().Admit(netip.MustParseAddr(tc.vip), clustersetip.HoldingOf(e), holders, append([]string{tc.cluster}, tc.exporters...)); got != tc.reason {
+			if got, _ := c.trust.rule().Admit(netip.MustParseAddr(tc.vip), vipalloc.HoldingOf(e), holders, append([]string{tc.cluster}, tc.exporters...)); got != tc.reason {
 				t.Fatalf("verdict %q, want %q", got, tc.reason)
 			}
 		})
@@ -102,7 +102,7 @@ func TestARecordsVIPCountsOnlyInsideTheClustersetAndABlockItsClusterOwns(t *test
 	t.Run("a claim outside the clusterset owns nothing there", func(t *testing.T) {
 		c, _ := trustingController(clusterSet, map[string]string{"10.96.0.0/16": "attacker"}, nil)
 		e := vipExport("attacker", t0, "10.96.0.10")
-		if got, _ := c.trust.rule().Admit(netip.MustParseAddr("10.96.0.10"), clustersetip.HoldingOf(e), []clustersetip.Holding{clustersetip.HoldingOf(e)}, []string{"attacker"}); got != ReasonClusterSetIPOutsideRange {
+		if got, _ := c.trust.rule().Admit(netip.MustParseAddr("10.96.0.10"), vipalloc.HoldingOf(e), []vipalloc.Holding{vipalloc.HoldingOf(e)}, []string{"attacker"}); got != ReasonClusterSetIPOutsideRange {
 			t.Fatalf("verdict %q", got)
 		}
 	})

@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/tombstone"
 )
 
 // Defaults of Config.
@@ -312,7 +312,7 @@ func (c *Controller) services(cluster string) int {
 // onLease notes a heartbeat Lease's renewal or deletion and has its
 // cluster reevaluated.
 func (c *Controller) onLease(obj any, deleted bool) {
-	l, ok := tombstone.Object[*coordinationv1.Lease](obj)
+	l, ok := cacheobj.Object[*coordinationv1.Lease](obj)
 	if !ok {
 		return
 	}

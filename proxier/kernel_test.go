@@ -18,10 +18,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/netns"
 	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // newNode creates the namespace of a node: it forwards, and its default
@@ -197,7 +197,7 @@ func (w *kernelWorld) startProxier(t *testing.T, edit ...func(*Config)) {
 	cfg := Config{
 		ClusterID:       localCluster,
 		PodCIDRs:        []string{"100.64.0.0/16", "fd64::/16"},
-		ClusterSetCIDRs: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6},
+		ClusterSetCIDRs: []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6},
 		Clock:           w.clock,
 	}
 	for _, e := range edit {
@@ -259,7 +259,7 @@ func (f kernelFamily) vip(n byte) string {
 	if f.family == v1.IPv4Protocol {
 		return netip.AddrFrom4([4]byte{243, 64, 0, n}).String()
 	}
-	a := clustersetip.DefaultClusterSetCIDRv6.Addr().As16()
+	a := vipalloc.DefaultClusterSetCIDRv6.Addr().As16()
 	a[15] = n
 	return netip.AddrFrom16(a).String()
 }

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/install"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/kubectlmcs/install"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 func newBrokerCmd(g *globals) *cobra.Command {
@@ -45,9 +45,9 @@ type brokerSettingsOptions struct {
 func (o *brokerSettingsOptions) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.namespace, "broker-namespace", broker.DefaultNamespace, "the broker namespace")
-	f.StringVar(&o.clusterSetCIDRs, "clusterset-cidrs", "", "the clusterset VIP ranges, one per IP family (default "+clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String()+"); as mcsd's --clusterset-cidrs on every member")
-	f.IntVar(&o.blockV4, "block-bits-ipv4", 0, fmt.Sprintf("prefix length of each member's IPv4 ClusterSetIP block (default %d)", clustersetip.DefaultBlockBitsV4))
-	f.IntVar(&o.blockV6, "block-bits-ipv6", 0, fmt.Sprintf("prefix length of each member's IPv6 ClusterSetIP block (default %d)", clustersetip.DefaultBlockBitsV6))
+	f.StringVar(&o.clusterSetCIDRs, "clusterset-cidrs", "", "the clusterset VIP ranges, one per IP family (default "+vipalloc.DefaultClusterSetCIDRv4.String()+","+vipalloc.DefaultClusterSetCIDRv6.String()+"); as mcsd's --clusterset-cidrs on every member")
+	f.IntVar(&o.blockV4, "block-bits-ipv4", 0, fmt.Sprintf("prefix length of each member's IPv4 ClusterSetIP block (default %d)", vipalloc.DefaultBlockBitsV4))
+	f.IntVar(&o.blockV6, "block-bits-ipv6", 0, fmt.Sprintf("prefix length of each member's IPv6 ClusterSetIP block (default %d)", vipalloc.DefaultBlockBitsV6))
 	f.IntVar(&o.maxMembers, "max-members", 0, fmt.Sprintf("how many members may join (default %d)", broker.DefaultMaxMembers))
 	f.StringVar(&o.etcdQuota, "etcd-quota", "", "the broker etcd's --quota-backend-bytes, such as 8Gi (default etcd's, 2Gi): every member's worst case together must fit in half of it")
 	f.StringVar(&o.budget, "member-budget", "", "what each member may store, KEY=N,... of "+strings.Join(broker.BudgetKeys(), ", ")+" (default "+budgetString(broker.DefaultMemberBudget)+")")

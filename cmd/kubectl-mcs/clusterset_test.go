@@ -32,15 +32,15 @@ import (
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/diagnose"
-	"github.com/mcsd-io/mcsd/clusterset/membership"
-	"github.com/mcsd-io/mcsd/clusterset/status"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/version"
+	"github.com/mcsd-io/mcsd/kubectlmcs/diagnose"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // cli runs kubectl-mcs in this process against the harness clusters, whose
@@ -518,11 +518,11 @@ func member(ctx context.Context, t *testing.T, c *harness.Cluster, id string) *f
 	}
 	m := &fixture.Member{Cluster: c, ID: id, BrokerKube: kubernetes.NewForConfigOrDie(cfg), BrokerMCS: mcsclient.NewForConfigOrDie(cfg), BrokerConfig: cfg,
 		Blocks: map[corev1.IPFamily]netip.Prefix{}}
-	claimer := clustersetip.Claimer{Kube: m.BrokerKube, Namespace: broker.DefaultNamespace, ClusterID: id}
-	for family, set := range map[corev1.IPFamily]netip.Prefix{corev1.IPv4Protocol: clustersetip.DefaultClusterSetCIDRv4, corev1.IPv6Protocol: clustersetip.DefaultClusterSetCIDRv6} {
-		bits := clustersetip.DefaultBlockBitsV4
+	claimer := vipalloc.Claimer{Kube: m.BrokerKube, Namespace: broker.DefaultNamespace, ClusterID: id}
+	for family, set := range map[corev1.IPFamily]netip.Prefix{corev1.IPv4Protocol: vipalloc.DefaultClusterSetCIDRv4, corev1.IPv6Protocol: vipalloc.DefaultClusterSetCIDRv6} {
+		bits := vipalloc.DefaultBlockBitsV4
 		if family == corev1.IPv6Protocol {
-			bits = clustersetip.DefaultBlockBitsV6
+			bits = vipalloc.DefaultBlockBitsV6
 		}
 		block, err := claimer.Claim(ctx, set, netip.Prefix{}, bits)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mcsd-io/mcsd/clusterset/diagnose"
+	"github.com/mcsd-io/mcsd/kubectlmcs/diagnose"
 	"github.com/mcsd-io/mcsd/liveness"
 )
 

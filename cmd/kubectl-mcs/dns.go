@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
+	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
 )
 
 // The member's DNS Service, which the cluster DNS forwards the clusterset

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mcsd-io/mcsd/clusterset/gather"
+	"github.com/mcsd-io/mcsd/kubectlmcs/gather"
 )
 
 type gatherOptions struct {

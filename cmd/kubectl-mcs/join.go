@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
-	"github.com/mcsd-io/mcsd/clusterset/install"
-	"github.com/mcsd-io/mcsd/clusterset/membership"
-	"github.com/mcsd-io/mcsd/clusterset/status"
+	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
+	"github.com/mcsd-io/mcsd/kubectlmcs/install"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 )
 
 type joinOptions struct {

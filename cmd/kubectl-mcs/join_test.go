@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/dnsconfig"
-	"github.com/mcsd-io/mcsd/clusterset/install"
-	"github.com/mcsd-io/mcsd/clusterset/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
+	"github.com/mcsd-io/mcsd/kubectlmcs/install"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
 	"github.com/mcsd-io/mcsd/test/harness"
 )
 

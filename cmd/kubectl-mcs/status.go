@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clusterset/membership"
-	"github.com/mcsd-io/mcsd/clusterset/status"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 	"github.com/mcsd-io/mcsd/liveness"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mcsd-io/mcsd/clusterset/membership"
-	"github.com/mcsd-io/mcsd/clusterset/status"
-	"github.com/mcsd-io/mcsd/clusterset/verify"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/status"
+	"github.com/mcsd-io/mcsd/kubectlmcs/verify"
 )
 
 type verifyOptions struct {

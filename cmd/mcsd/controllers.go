@@ -18,17 +18,16 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/exporter"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/caches"
 	"github.com/mcsd-io/mcsd/internal/controller"
 	"github.com/mcsd-io/mcsd/internal/dialgate"
-	"github.com/mcsd-io/mcsd/internal/events"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/version"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // controllers is the role one replica of the cluster plays at a time
@@ -157,7 +156,7 @@ func (c *controllers) newTerm(ctx context.Context) (*leaderTerm, error) {
 			return nil, fmt.Errorf("%s clients: %w", n.what, err)
 		}
 	}
-	t.recorder, t.stopEvents = events.NewRecorder(c.local.kube, "mcsd")
+	t.recorder, t.stopEvents = controller.NewRecorder(c.local.kube, "mcsd")
 	t.local = caches.NewLocal(t.localRead.kube, t.localRead.mcs, c.o.controllerResync, caches.LocalOptions{
 		SliceSelector:  mcsslice.ImporterSelector,
 		SliceTransform: importer.TrimOwnSlice,
@@ -362,13 +361,13 @@ func (t *leaderTerm) stop() {
 
 // claimBlocks claims (or finds again) this cluster's VIP block of every
 // clusterset range on the broker and returns an allocator per family.
-func (c *controllers) claimBlocks(ctx context.Context, brokerClients *clients, ranges broker.Ranges) (map[corev1.IPFamily]*clustersetip.Allocator, error) {
-	allocators := map[corev1.IPFamily]*clustersetip.Allocator{}
+func (c *controllers) claimBlocks(ctx context.Context, brokerClients *clients, ranges broker.Ranges) (map[corev1.IPFamily]*vipalloc.Allocator, error) {
+	allocators := map[corev1.IPFamily]*vipalloc.Allocator{}
 	if !c.o.clusterSetIPs {
 		// A ServiceExport may still ask for a VIP by annotation: claim anyway.
 		klog.FromContext(ctx).V(2).Info("ClusterSetIPs are off by default; claiming blocks for exports that turn them on")
 	}
-	claimer := clustersetip.Claimer{Kube: brokerClients.kube, Namespace: c.o.brokerNamespace, ClusterID: c.clusterID}
+	claimer := vipalloc.Claimer{Kube: brokerClients.kube, Namespace: c.o.brokerNamespace, ClusterID: c.clusterID}
 	for _, set := range ranges.CIDRs {
 		v4 := set.Addr().Is4()
 		requested, _ := prefixOfFamily(c.o.clusterVIPCIDRs, v4)
@@ -384,7 +383,7 @@ func (c *controllers) claimBlocks(ctx context.Context, brokerClients *clients, r
 		if !v4 {
 			family = corev1.IPv6Protocol
 		}
-		allocators[family] = clustersetip.NewAllocator(block)
+		allocators[family] = vipalloc.NewAllocator(block)
 		klog.FromContext(ctx).Info("Holding ClusterSetIP block", "family", family, "block", block)
 	}
 	return allocators, nil

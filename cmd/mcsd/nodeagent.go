@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/dnsgate"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/caches"
-	"github.com/mcsd-io/mcsd/internal/trim"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/nsenter"
@@ -25,7 +25,7 @@ import (
 // server and the proxier, fed by one set of informers on the local
 // cluster's ServiceImports and MCS EndpointSlices, and told which clusters
 // are gone by the liveness ConfigMap. It reads those and writes only, with
-// --dns-gate=cluster, its node's report Lease (clustergate).
+// --dns-gate=cluster, its node's report Lease (dnsgate).
 type nodeAgent struct {
 	informers *caches.Local
 
@@ -34,7 +34,7 @@ type nodeAgent struct {
 	// gate, with --dns-gate=cluster, reports this node's data plane to
 	// the other nodes and holds DNS back until they all carry a
 	// ClusterSetIP.
-	gate     *clustergate.Gate
+	gate     *dnsgate.Gate
 	provider proxier.Provider
 	health   *proxier.Health
 	// fed is true once the proxier has been handed every initial object.
@@ -46,7 +46,7 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 	// business. When this daemon imports too, only those its importer
 	// writes, so that the importer shares this cache.
 	// Alone, it keeps of each slice only what DNS and the proxier read.
-	opts := caches.LocalOptions{SliceSelector: mcsslice.Selector, SliceTransform: trim.DataPlaneSlice(mcsslice.ServicePortsAnnotation, corev1.EndpointsLastChangeTriggerTime)}
+	opts := caches.LocalOptions{SliceSelector: mcsslice.Selector, SliceTransform: cacheobj.DataPlaneSlice(mcsslice.ServicePortsAnnotation, corev1.EndpointsLastChangeTriggerTime)}
 	if o.runs(componentImporter) {
 		opts = caches.LocalOptions{SliceSelector: mcsslice.ImporterSelector}
 	}
@@ -98,24 +98,24 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 // newGate returns the gate between this node's proxier and its DNS index
 // (nil when the node serves no DNS: its report still counts), with a
 // client of its own.
-func newGate(o *options, local *clients, imports cache.SharedIndexInformer, index *dns.Index) (*clustergate.Gate, error) {
+func newGate(o *options, local *clients, imports cache.SharedIndexInformer, index *dns.Index) (*dnsgate.Gate, error) {
 	c, err := newClients(local.config, o.clientQPS, o.clientBurst)
 	if err != nil {
 		return nil, err
 	}
-	cfg := clustergate.Config{
+	cfg := dnsgate.Config{
 		Client:    c.kube,
 		Namespace: o.leaderElectNS,
 		PeerPods:  o.dnsGatePeers,
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
 		Imports:   imports,
-		Logger:    klog.Background().WithName("clustergate"),
+		Logger:    klog.Background().WithName("dnsgate"),
 	}
 	if index != nil {
 		cfg.Downstream = index
 	}
-	return clustergate.New(cfg)
+	return dnsgate.New(cfg)
 }
 
 // newProxier builds the proxier of --ip-families, programming nftables or

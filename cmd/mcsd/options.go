@@ -23,14 +23,14 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustergate"
 	"github.com/mcsd-io/mcsd/clusterid"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/dns"
+	"github.com/mcsd-io/mcsd/dnsgate"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/ipfamilies"
 	"github.com/mcsd-io/mcsd/liveness"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // The components one mcsd process can run.
@@ -211,10 +211,10 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	identity.StringVar(&o.clusterSet, "clusterset", "clusterset", "name of the ClusterSet this cluster joins (recorded as the clusterset.k8s.io ClusterProperty)")
 
 	vip.BoolVar(&o.clusterSetIPs, "clusterset-ip", true, "give exported ClusterSetIP services a clusterset VIP (a ServiceExport's annotation "+"mcsd.io/clusterset-ip overrides it)")
-	vip.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", "", "clusterset VIP ranges, at most one per IP family; empty means the broker's ("+broker.SettingsName+"), and for DNS and the proxier without the controllers, "+clustersetip.DefaultClusterSetCIDRv4.String()+","+clustersetip.DefaultClusterSetCIDRv6.String()+"; the controllers refuse ranges that differ from the broker's")
+	vip.StringVar(&raw.clusterSetCIDRs, "clusterset-cidrs", "", "clusterset VIP ranges, at most one per IP family; empty means the broker's ("+broker.SettingsName+"), and for DNS and the proxier without the controllers, "+vipalloc.DefaultClusterSetCIDRv4.String()+","+vipalloc.DefaultClusterSetCIDRv6.String()+"; the controllers refuse ranges that differ from the broker's")
 	vip.StringVar(&raw.clusterVIPCIDRs, "cluster-vip-cidrs", "", "this cluster's VIP blocks inside the clusterset ranges, at most one per family; empty means the first free block of the broker's block size")
-	vip.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", 0, fmt.Sprintf("prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", clustersetip.DefaultBlockBitsV4))
-	vip.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", 0, fmt.Sprintf("prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", clustersetip.DefaultBlockBitsV6))
+	vip.IntVar(&o.vipBlockBitsV4, "vip-block-bits-ipv4", 0, fmt.Sprintf("prefix length of the IPv4 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", vipalloc.DefaultBlockBitsV4))
+	vip.IntVar(&o.vipBlockBitsV6, "vip-block-bits-ipv6", 0, fmt.Sprintf("prefix length of the IPv6 VIP block a cluster claims when --cluster-vip-cidrs has none; 0 means the broker's (default %d); another value than the broker's is refused", vipalloc.DefaultBlockBitsV6))
 
 	controllers.DurationVar(&o.leaseDuration, "lease-duration", 10*time.Second, "duration of this cluster's heartbeat Lease on the broker; it is renewed every fifth of it")
 	controllers.DurationVar(&o.clusterTTL, "cluster-ttl", 10*time.Second, "a cluster whose broker Lease has not been renewed for this long is gone: its endpoints leave every importing cluster")
@@ -234,8 +234,8 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	dnsFlags.StringVar(&o.dnsListen, "dns-listen", defaultDNSListen, "address the clusterset DNS server listens on, UDP and TCP")
 	dnsFlags.StringVar(&o.dnsZone, "dns-zone", dns.DefaultZone, "the clusterset DNS zone")
 	dnsFlags.DurationVar(&o.dnsTTL, "dns-ttl", dns.DefaultTTL, "TTL of DNS answers")
-	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+clustergate.LeaseName("<node>")+" in --leader-elect-namespace, written when it changes; a node counts while its node agent's pod, --dns-gate-peers, is Ready there) or "+gateNode+" (once this node's proxier carries it)")
-	dnsFlags.StringVar(&o.dnsGatePeers, "dns-gate-peers", clustergate.DefaultPeerPods, "label selector of the node agents' pods in --leader-elect-namespace, for --dns-gate="+gateCluster)
+	dnsFlags.StringVar(&o.dnsGate, "dns-gate", gateCluster, "when DNS hands out a ClusterSetIP: "+gateCluster+" (once the proxier of every node of the cluster carries it; each node reports in a Lease "+dnsgate.LeaseName("<node>")+" in --leader-elect-namespace, written when it changes; a node counts while its node agent's pod, --dns-gate-peers, is Ready there) or "+gateNode+" (once this node's proxier carries it)")
+	dnsFlags.StringVar(&o.dnsGatePeers, "dns-gate-peers", dnsgate.DefaultPeerPods, "label selector of the node agents' pods in --leader-elect-namespace, for --dns-gate="+gateCluster)
 	dnsFlags.StringVar(&raw.dnsReverseCIDRs, "dns-reverse-cidrs", "", "comma-separated ranges whose reverse zones (in-addr.arpa, ip6.arpa) the DNS server is authoritative for besides --clusterset-cidrs', such as every cluster's pod CIDRs for the PTR records of headless endpoints; forward their zones to it too")
 
 	proxierFlags.StringVar(&o.netns, "netns", "", "path of the network namespace (such as /run/netns/NAME) where the proxier programs nftables and the DNS server listens; empty means the daemon's own")
@@ -350,12 +350,12 @@ func checkFile(errs *flagErrors, flagName, path string) {
 // not given take the defaults here and the broker's in the controllers.
 func (o *options) completeClusterSetIPs(raw *rawFlags, errs *flagErrors) {
 	o.givenRanges = givenRanges{cidrs: strings.TrimSpace(raw.clusterSetCIDRs) != "", blockBitsV4: o.vipBlockBitsV4 != 0, blockBitsV6: o.vipBlockBitsV6 != 0}
-	o.clusterSetCIDRs = []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}
+	o.clusterSetCIDRs = []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6}
 	if !o.givenRanges.blockBitsV4 {
-		o.vipBlockBitsV4 = clustersetip.DefaultBlockBitsV4
+		o.vipBlockBitsV4 = vipalloc.DefaultBlockBitsV4
 	}
 	if !o.givenRanges.blockBitsV6 {
-		o.vipBlockBitsV6 = clustersetip.DefaultBlockBitsV6
+		o.vipBlockBitsV6 = vipalloc.DefaultBlockBitsV6
 	}
 	var err error
 	if o.givenRanges.cidrs {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mcsd-io/mcsd/clusterset/verify"
+	"github.com/mcsd-io/mcsd/kubectlmcs/verify"
 )
 
 // runProbe is `mcsd probe serve|check`, what kubectl mcs verify runs in

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // A member runs with the broker's clusterset ranges: flags that disagree
@@ -43,7 +43,7 @@ func TestClusterSetRangesFromTheBroker(t *testing.T) {
 	// The member claims its blocks itself, at the broker's size.
 	claims := cs.Broker.Kube.CoreV1().ConfigMaps(broker.DefaultNamespace)
 	for _, family := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
-		if err := claims.Delete(ctx, clustersetip.ClaimName(m.ID, family), metav1.DeleteOptions{}); err != nil {
+		if err := claims.Delete(ctx, vipalloc.ClaimName(m.ID, family), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,13 +65,13 @@ func TestClusterSetRangesFromTheBroker(t *testing.T) {
 	})
 
 	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{Args: []string{rangesFlag}})
-	v4Claim := func() clustersetip.Claim {
+	v4Claim := func() vipalloc.Claim {
 		t.Helper()
-		cm, err := claims.Get(ctx, clustersetip.ClaimName(m.ID, corev1.IPv4Protocol), metav1.GetOptions{})
+		cm, err := claims.Get(ctx, vipalloc.ClaimName(m.ID, corev1.IPv4Protocol), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := clustersetip.ParseClaim(cm)
+		c, err := vipalloc.ParseClaim(cm)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcsd-io/mcsd/internal/mcsdimage"
-	"github.com/mcsd-io/mcsd/internal/ociimage"
+	"github.com/mcsd-io/mcsd/internal/image/mcsdimage"
+	"github.com/mcsd-io/mcsd/internal/image/oci"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	if err := ociimage.Write(out, ref, img); err != nil {
+	if err := oci.Write(out, ref, img); err != nil {
 		fail(err)
 	}
 	fi, err := os.Stat(out)

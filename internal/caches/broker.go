@@ -16,8 +16,8 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/trim"
 )
 
 // Broker are the informers on the broker. Every cluster's export records,
@@ -81,46 +81,46 @@ func (b *Broker) Records() cache.SharedIndexInformer {
 // RecordObjects are the same records whole: the exporter writes its own
 // from them, keeping what others put on them.
 func (b *Broker) RecordObjects() cache.SharedIndexInformer {
-	return b.prepare(b.recordObjects.Multicluster().V1beta1().ServiceImports().Informer(), b.onlyMembers(trim.ManagedFields))
+	return b.prepare(b.recordObjects.Multicluster().V1beta1().ServiceImports().Informer(), b.onlyMembers(cacheobj.ManagedFields))
 }
 
 // Slices are every cluster's broker EndpointSlices, read for their
 // endpoints only.
 func (b *Broker) Slices() cache.SharedIndexInformer {
-	return b.prepare(b.slices.Discovery().V1().EndpointSlices().Informer(), b.onlyMembers(trim.RemoteEndpointSlice))
+	return b.prepare(b.slices.Discovery().V1().EndpointSlices().Informer(), b.onlyMembers(cacheobj.RemoteEndpointSlice))
 }
 
 // OwnSlices are this cluster's broker EndpointSlices, whole, to update in
 // place.
 func (b *Broker) OwnSlices() cache.SharedIndexInformer {
-	return b.prepare(b.ownSlices.Discovery().V1().EndpointSlices().Informer(), trim.ManagedFields)
+	return b.prepare(b.ownSlices.Discovery().V1().EndpointSlices().Informer(), cacheobj.ManagedFields)
 }
 
 // Leases are every cluster's heartbeat Leases.
 func (b *Broker) Leases() cache.SharedIndexInformer {
-	return b.prepare(b.leases.Coordination().V1().Leases().Informer(), b.onlyMembers(trim.ManagedFields))
+	return b.prepare(b.leases.Coordination().V1().Leases().Informer(), b.onlyMembers(cacheobj.ManagedFields))
 }
 
 // Claims are every cluster's ClusterSetIP block claims.
 func (b *Broker) Claims() cache.SharedIndexInformer {
-	return b.prepare(b.claims.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+	return b.prepare(b.claims.Core().V1().ConfigMaps().Informer(), cacheobj.ConfigMap)
 }
 
 // Declarations are the members' declarations (their pod CIDRs).
 func (b *Broker) Declarations() cache.SharedIndexInformer {
-	return b.prepare(b.decls.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+	return b.prepare(b.decls.Core().V1().ConfigMaps().Informer(), cacheobj.ConfigMap)
 }
 
 // ExportRules are the broker's export rules (which members may export
 // which namespaces).
 func (b *Broker) ExportRules() cache.SharedIndexInformer {
-	return b.prepare(b.rules.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+	return b.prepare(b.rules.Core().V1().ConfigMaps().Informer(), cacheobj.ConfigMap)
 }
 
 // Settings is the broker's settings ConfigMap alone (record.SettingsName),
 // whose clusterset ranges a running member compares with its own.
 func (b *Broker) Settings() cache.SharedIndexInformer {
-	return b.prepare(b.settings.Core().V1().ConfigMaps().Informer(), trim.ConfigMap)
+	return b.prepare(b.settings.Core().V1().ConfigMaps().Informer(), cacheobj.ConfigMap)
 }
 
 // onlyMembers wraps transform for a kind read across every namespace: an

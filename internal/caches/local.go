@@ -10,7 +10,7 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
-	"github.com/mcsd-io/mcsd/internal/trim"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 )
 
 // Local are the informers on the member cluster: ServiceExports, Services
@@ -51,7 +51,7 @@ type LocalOptions struct {
 // kube and mcs, each resynced every resync (0: never).
 func NewLocal(kube kubernetes.Interface, mcs mcsclient.Interface, resync time.Duration, o LocalOptions) *Local {
 	if o.SliceTransform == nil {
-		o.SliceTransform = trim.ManagedFields
+		o.SliceTransform = cacheobj.ManagedFields
 	}
 	l := &Local{
 		mcs:  mcsinformers.NewSharedInformerFactory(mcs, resync),
@@ -69,31 +69,31 @@ func NewLocal(kube kubernetes.Interface, mcs mcsclient.Interface, resync time.Du
 
 // Exports are the cluster's ServiceExports.
 func (l *Local) Exports() cache.SharedIndexInformer {
-	return prepare(l.mcs.Multicluster().V1beta1().ServiceExports().Informer(), trim.ManagedFields)
+	return prepare(l.mcs.Multicluster().V1beta1().ServiceExports().Informer(), cacheobj.ManagedFields)
 }
 
 // Services are the cluster's Services.
 func (l *Local) Services() cache.SharedIndexInformer {
-	return prepare(l.kube.Core().V1().Services().Informer(), trim.ManagedFields)
+	return prepare(l.kube.Core().V1().Services().Informer(), cacheobj.ManagedFields)
 }
 
 // EndpointSlices are every EndpointSlice of the cluster, read for their
 // endpoints only and never written back: the exporter mirrors the core
 // controller's.
 func (l *Local) EndpointSlices() cache.SharedIndexInformer {
-	return prepare(l.kube.Discovery().V1().EndpointSlices().Informer(), trim.RemoteEndpointSlice)
+	return prepare(l.kube.Discovery().V1().EndpointSlices().Informer(), cacheobj.RemoteEndpointSlice)
 }
 
 // Namespaces are the cluster's namespaces: a service is imported where its
 // namespace exists.
 func (l *Local) Namespaces() cache.SharedIndexInformer {
-	return prepare(l.kube.Core().V1().Namespaces().Informer(), trim.ManagedFields)
+	return prepare(l.kube.Core().V1().Namespaces().Informer(), cacheobj.ManagedFields)
 }
 
 // Imports are the cluster's ServiceImports.
 func (l *Local) Imports() cache.SharedIndexInformer {
 	from := l.importsFrom
-	return prepare(from.mcs.Multicluster().V1beta1().ServiceImports().Informer(), trim.ManagedFields)
+	return prepare(from.mcs.Multicluster().V1beta1().ServiceImports().Informer(), cacheobj.ManagedFields)
 }
 
 // MCSSlices are the MCS EndpointSlices of LocalOptions.SliceSelector.

@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/internal/worker"
 )
 
 // Base is the part of a controller every mcsd controller has: Shared, a
@@ -44,7 +43,7 @@ func NewBase(name string, s Shared, m *Metrics) (*Base, error) {
 	}
 	return &Base{
 		Shared:  s,
-		Queue:   worker.NewQueue(name, s.Clock),
+		Queue:   newQueue(name, s.Clock),
 		Metrics: m,
 		name:    name,
 		// Closed once the caches have synced and the controller started.
@@ -96,7 +95,7 @@ func (b *Base) Run(ctx context.Context, what string, start func(ctx context.Cont
 	if err := start(ctx); err != nil {
 		return fmt.Errorf("%s: %w", b.name, err)
 	}
-	pool := &worker.Pool{Queue: b.Queue, Sync: keySync(sync), Observe: b.Metrics.ObserveSync, What: what, Clock: b.Clock}
+	pool := &workerPool{Queue: b.Queue, Sync: keySync(sync), Observe: b.Metrics.ObserveSync, What: what, Clock: b.Clock}
 	pool.Run(ctx, b.Workers)
 	<-ctx.Done()
 	logger.Info("Stopping " + b.name)

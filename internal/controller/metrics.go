@@ -6,8 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/mcsd-io/mcsd/internal/conditiongauge"
 )
 
 // Metrics are the metrics every controller has, under its subsystem: its
@@ -17,7 +15,7 @@ type Metrics struct {
 	syncs        *prometheus.CounterVec
 	syncDuration prometheus.Histogram
 	writes       *prometheus.CounterVec
-	conditions   *conditiongauge.Gauge
+	conditions   *conditionGauge
 	// conflicts counts a sync that raced a change apart from one that
 	// failed.
 	conflicts bool
@@ -50,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer, o MetricsOpts, extra ...prometheus.Co
 			Help: o.SyncDurationHelp, Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 		writes:     prometheus.NewCounterVec(prometheus.CounterOpts(MetricOpts(o.Subsystem, o.WritesName, o.WritesHelp)), []string{"kind", "operation"}),
-		conditions: conditiongauge.New(o.ConditionsName, o.ConditionsHelp),
+		conditions: newConditionGauge(o.ConditionsName, o.ConditionsHelp),
 		conflicts:  o.Conflicts,
 	}
 	if reg != nil {

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/internal/trim"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 )
 
 // Cached is an export record as a reader's informer cache keeps it: the
@@ -43,7 +43,7 @@ func CacheTransform(obj any) (any, error) {
 	}
 	// Interned first, so that the Export's cluster, namespace and name,
 	// read from the labels, share their bytes too.
-	si.Labels = trim.Labels(si.Labels)
+	si.Labels = cacheobj.SharedLabels(si.Labels)
 	c := &Cached{ObjectMeta: metav1.ObjectMeta{
 		Name:            si.Name,
 		Namespace:       si.Namespace,

@@ -4,7 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsd-io/mcsd/internal/tombstone"
+	"github.com/mcsd-io/mcsd/internal/cacheobj"
 )
 
 // IndexByService names the index ServiceIndex makes in an informer of
@@ -16,7 +16,7 @@ const IndexByService = "service"
 // labels, so that a controller finds one service's objects without
 // scanning them all.
 func ServiceIndex(obj any) ([]string, error) {
-	l := tombstone.Labels(obj)
+	l := cacheobj.LabelsOf(obj)
 	ns, name := l[LabelServiceNamespace], l[LabelServiceName]
 	if ns == "" || name == "" {
 		return nil, nil
@@ -39,7 +39,7 @@ var ClusterIndex = LabelIndex(LabelSourceCluster)
 // it.
 func LabelIndex(label string) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
-		if v := tombstone.Labels(obj)[label]; v != "" {
+		if v := cacheobj.LabelsOf(obj)[label]; v != "" {
 			return []string{v}, nil
 		}
 		return nil, nil
@@ -51,7 +51,7 @@ func LabelIndex(label string) cache.IndexFunc {
 // named for.
 func NamespacedLabelIndex(label string) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
-		m, ok := tombstone.Object[metav1.Object](obj)
+		m, ok := cacheobj.Object[metav1.Object](obj)
 		if !ok || m.GetLabels()[label] == "" {
 			return nil, nil
 		}

@@ -47,7 +47,7 @@ func EndpointSliceLabels(cluster, namespace, name string) map[string]string {
 }
 
 // Labels that mark the ConfigMaps of the broker namespace by what they
-// are; clustersetip and broker define their formats.
+// are; vipalloc and broker define their formats.
 const (
 	// LabelClaim marks a ClusterSetIP block claim.
 	LabelClaim = "mcsd.io/clustersetip-block"

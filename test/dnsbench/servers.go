@@ -22,9 +22,9 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	mcsdns "github.com/mcsd-io/mcsd/dns"
 	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // The two servers, each a process of its own pinned to one core.
@@ -150,7 +150,7 @@ func serveMCSD(ctx context.Context, kubeconfig, listen string) error {
 	idx := mcsdns.NewIndex(logger)
 	// As the daemon configures it with the default --clusterset-cidrs.
 	srv, err := mcsdns.New(mcsdns.Config{Index: idx, Listen: listen, Registerer: prometheus.NewRegistry(), Logger: logger,
-		ReverseCIDRs: []netip.Prefix{clustersetip.DefaultClusterSetCIDRv4, clustersetip.DefaultClusterSetCIDRv6}})
+		ReverseCIDRs: []netip.Prefix{vipalloc.DefaultClusterSetCIDRv4, vipalloc.DefaultClusterSetCIDRv6}})
 	if err != nil {
 		return err
 	}

@@ -26,13 +26,13 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/broker"
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/hold"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // attackSite is a clusterset of three members where the third is
@@ -512,9 +512,9 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		slice.Name = victimPrefix + ".ipv4-7"
 		mustRefuse(t, "slice in cluster1's name", s.writeSlice(slice))
 		claim := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: clustersetip.ClaimName(s.victim.ID, corev1.IPv6Protocol), Namespace: broker.DefaultNamespace,
-				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
-			Data: map[string]string{clustersetip.ClaimKey: "fd7a:6d63:7364:ff::/64"},
+			ObjectMeta: metav1.ObjectMeta{Name: vipalloc.ClaimName(s.victim.ID, corev1.IPv6Protocol), Namespace: broker.DefaultNamespace,
+				Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
+			Data: map[string]string{vipalloc.ClaimKey: "fd7a:6d63:7364:ff::/64"},
 		}
 		_, err := s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Create(ctx, claim, metav1.CreateOptions{})
 		if !refusedByBroker(err) && !apierrors.IsAlreadyExists(err) {
@@ -540,7 +540,7 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 	run("delete cluster1's record, slices and claim", func(t *testing.T) string {
 		mustRefuse(t, "record", s.attacker.BrokerMCS.MulticlusterV1beta1().ServiceImports(s.victim.BrokerNamespace()).Delete(ctx, record.Name(s.victim.ID, attackNamespace, "web"), metav1.DeleteOptions{}))
 		mustRefuse(t, "slice", s.attacker.BrokerKube.DiscoveryV1().EndpointSlices(s.victim.BrokerNamespace()).Delete(ctx, record.EndpointSliceName(s.victim.ID, attackNamespace, "web", discoveryv1.AddressTypeIPv4, 0), metav1.DeleteOptions{}))
-		mustRefuse(t, "claim", s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Delete(ctx, clustersetip.ClaimName(s.victim.ID, corev1.IPv4Protocol), metav1.DeleteOptions{}))
+		mustRefuse(t, "claim", s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace).Delete(ctx, vipalloc.ClaimName(s.victim.ID, corev1.IPv4Protocol), metav1.DeleteOptions{}))
 		return "broker (RBAC: cluster1's namespace; admission: labels of the old claim)"
 	})
 	run("write its records into cluster1's namespace or the broker namespace", func(t *testing.T) string {
@@ -558,19 +558,19 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 	run("claim the whole clusterset range, or a second block", func(t *testing.T) string {
 		cms := s.attacker.BrokerKube.CoreV1().ConfigMaps(broker.DefaultNamespace)
 		whole := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: clustersetip.ClaimName(s.attacker.ID, corev1.IPv4Protocol), Namespace: broker.DefaultNamespace,
-				Labels: map[string]string{clustersetip.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
-			Data: map[string]string{clustersetip.ClaimKey: clustersetip.DefaultClusterSetCIDRv4.String()},
+			ObjectMeta: metav1.ObjectMeta{Name: vipalloc.ClaimName(s.attacker.ID, corev1.IPv4Protocol), Namespace: broker.DefaultNamespace,
+				Labels: map[string]string{vipalloc.LabelClaim: "", mcsv1beta1.LabelSourceCluster: s.attacker.ID}},
+			Data: map[string]string{vipalloc.ClaimKey: vipalloc.DefaultClusterSetCIDRv4.String()},
 		}
 		second := whole.DeepCopy()
 		second.Name = "clustersetip-" + s.attacker.ID + "-ipv4-2"
-		second.Data[clustersetip.ClaimKey] = "243.250.0.0/16"
+		second.Data[vipalloc.ClaimKey] = "243.250.0.0/16"
 		_, err := cms.Create(ctx, second, metav1.CreateOptions{})
 		mustRefuse(t, "a second claim", err)
 		// Its own claim withdrawn (which it may do), the whole range in
 		// its place.
 		own := whole.DeepCopy()
-		own.Data[clustersetip.ClaimKey] = attackerBlock.String()
+		own.Data[vipalloc.ClaimKey] = attackerBlock.String()
 		if err := cms.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -18,13 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/clustersetip"
 	"github.com/mcsd-io/mcsd/manifests"
 	"github.com/mcsd-io/mcsd/test/conformance"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/images"
 	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/vipalloc"
 )
 
 // clusterDNS is a cluster's own DNS: the pinned CoreDNS with its kubernetes
@@ -203,8 +203,8 @@ func TestClusterDNS(t *testing.T) {
 	e.AwaitAnswer(0, e.FQDN(), dns.TypeA, conformance.Exactly(si.Spec.IPs[:1]))
 
 	vip := netip.MustParseAddr(si.Spec.IPs[0])
-	if !vip.Is4() || !clustersetip.DefaultClusterSetCIDRv4.Contains(vip) {
-		t.Fatalf("ClusterSetIP %s is not in the default IPv4 clusterset range %s the snippet forwards", vip, clustersetip.DefaultClusterSetCIDRv4)
+	if !vip.Is4() || !vipalloc.DefaultClusterSetCIDRv4.Contains(vip) {
+		t.Fatalf("ClusterSetIP %s is not in the default IPv4 clusterset range %s the snippet forwards", vip, vipalloc.DefaultClusterSetCIDRv4)
 	}
 	ptr, _ := dns.ReverseAddr(vip.String())
 	e.AwaitAnswer(0, ptr, dns.TypePTR, func(m *dns.Msg) error {

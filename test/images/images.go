@@ -20,7 +20,7 @@
 //   - Echo is test/cmd/echo, the harness pods' echo server as a program:
 //     entrypoint /echo, identity from POD_IPS, POD_NAME, CLUSTER, ports from
 //     ECHO_PORTS (default 8080); root.
-//   - MCSD is what `make image` builds (internal/mcsdimage), the binary
+//   - MCSD is what `make image` builds (internal/image/mcsdimage), the binary
 //     stamped with tag as its version: two tags give two images for a
 //     rolling update.
 //
@@ -43,8 +43,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/mcsd-io/mcsd/internal/buildcache"
-	"github.com/mcsd-io/mcsd/internal/ociimage"
+	"github.com/mcsd-io/mcsd/internal/image/buildcache"
+	"github.com/mcsd-io/mcsd/internal/image/oci"
 	"github.com/mcsd-io/mcsd/test/repo"
 )
 
@@ -104,7 +104,7 @@ func archive(name, ref string, build func() (v1.Image, error)) (Image, error) {
 		if err != nil {
 			return err
 		}
-		return ociimage.Write(tmp, ref, img)
+		return oci.Write(tmp, ref, img)
 	})
 	if err != nil {
 		return Image{}, err
@@ -117,11 +117,11 @@ func singleBinary(binary, name, user string) (v1.Image, error) {
 	if err := requireStatic(binary); err != nil {
 		return nil, err
 	}
-	layer, err := ociimage.FilesLayer("COPY "+name+" /"+name, ociimage.File{Path: "/" + name, Source: binary, Mode: 0o755})
+	layer, err := oci.FilesLayer("COPY "+name+" /"+name, oci.File{Path: "/" + name, Source: binary, Mode: 0o755})
 	if err != nil {
 		return nil, err
 	}
-	return ociimage.Build(ociimage.Config{Entrypoint: []string{"/" + name}, User: user}, layer)
+	return oci.Build(oci.Config{Entrypoint: []string{"/" + name}, User: user}, layer)
 }
 
 // fileHash is the first 16 hex digits of a file's SHA-256: a cache name

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcsd-io/mcsd/internal/ociimage"
+	"github.com/mcsd-io/mcsd/internal/image/oci"
 	"github.com/mcsd-io/mcsd/test/echo"
 	"github.com/mcsd-io/mcsd/test/testenv"
 )
@@ -28,7 +28,7 @@ func checkArchive(t *testing.T, img Image, entrypoint, user string) string {
 	if !strings.HasPrefix(img.Ref, "localhost/") {
 		t.Errorf("reference %s is not under localhost/: a node could pull it", img.Ref)
 	}
-	got, refs, err := ociimage.Read(img.Path)
+	got, refs, err := oci.Read(img.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func checkArchive(t *testing.T, img Image, entrypoint, user string) string {
 	if !slices.Equal(cf.Config.Entrypoint, []string{entrypoint}) || cf.Config.User != user {
 		t.Errorf("%s: entrypoint %q user %q, want %s and %s", img.Ref, cf.Config.Entrypoint, cf.Config.User, entrypoint, user)
 	}
-	files, err := ociimage.Files(got, entrypoint)
+	files, err := oci.Files(got, entrypoint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/mcsd-io/mcsd/internal/mcsdimage"
+	"github.com/mcsd-io/mcsd/internal/image/mcsdimage"
 	"github.com/mcsd-io/mcsd/test/repo"
 )
 

@@ -25,7 +25,7 @@ import (
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/charts"
-	"github.com/mcsd-io/mcsd/clusterset/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
 	"github.com/mcsd-io/mcsd/test/fixture"
 	"github.com/mcsd-io/mcsd/test/harness"
 	"github.com/mcsd-io/mcsd/test/netns"

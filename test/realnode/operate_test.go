@@ -15,7 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mcsd-io/mcsd/clusterset/diagnose"
+	"github.com/mcsd-io/mcsd/kubectlmcs/diagnose"
 )
 
 // kubectl mcs diagnose passes every check on each member, the check of the

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/mcsd-io/mcsd/clusterset/verify"
 	"github.com/mcsd-io/mcsd/internal/record"
+	"github.com/mcsd-io/mcsd/kubectlmcs/verify"
 )
 
 // kubectl mcs verify deploys a probe in each member, reaches it from a pod

@@ -1,0 +1,107 @@
+// Package dnsgate holds a ClusterSetIP back from the node's DNS until
+// every node of the cluster carries it, so that a name is resolvable only
+// once it is reachable from any pod, whichever node's mcsd answered the
+// query (the cluster DNS forwards clusterset.local to the mcsd-dns Service,
+// whose endpoints are every node's mcsd: the answering node is usually not
+// the client's).
+//
+// Every node publishes a report in a Lease of its own, written only when
+// the report changes (one write per burst of changes): the resourceVersion
+// of the newest ServiceImport its data plane has seen (Through), and the
+// ClusterSetIPs of the ServiceImports it has seen that its proxier does not
+// carry yet (Pending). Since a node sees ServiceImports in resourceVersion
+// order, every ClusterSetIP of a ServiceImport at or below Through is either
+// carried by that node or listed in Pending. A node's DNS hands out a
+// ClusterSetIP it carries once every live node's report has Through at or
+// above the resourceVersion of the ServiceImport that lists it and does not
+// list it as Pending. A node is live while its node agent's pod is Ready
+// there: the kubelet already says so, so nothing is renewed to say it
+// again, and a node whose pod is gone or not Ready holds nothing back.
+//
+// A node agent may write only its own node's report: the admission policy
+// shipped in manifests/mcsd compares the Lease's name and holder with the
+// node name the API server puts in the pod-bound token of the writer.
+//
+// It sits between the proxier (whose VIPObserver it is) and the DNS index
+// (which it tells what it releases, in the same shape); it never reads or
+// changes nftables, and DNS answers cost nothing more: the index filters
+// when it publishes, not per query.
+package dnsgate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/netip"
+	"slices"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// The report's Lease: one per node, in mcsd's namespace, named for the
+// node (LeaseName), held by it (spec.holderIdentity is the node's name),
+// labelled so that every node lists them all.
+const (
+	// LabelComponent is set to ComponentNodeReport on every report Lease.
+	LabelComponent      = "mcsd.io/component"
+	ComponentNodeReport = "node-report"
+	// AnnotationThrough holds the report's Through: the resourceVersion
+	// of the newest ServiceImport the node has seen ("" before any).
+	AnnotationThrough = "mcsd.io/carried-through"
+	// AnnotationPending holds the ClusterSetIPs the node has seen but does
+	// not carry yet, comma-separated.
+	AnnotationPending = "mcsd.io/pending-clusterset-ips"
+
+	leasePrefix = "mcsd-node-"
+)
+
+// LeaseName is the name of a node's report Lease: its name, or a digest of
+// it when the name is too long to carry the prefix.
+func LeaseName(node string) string {
+	if len(leasePrefix)+len(node) <= 253 {
+		return leasePrefix + node
+	}
+	sum := sha256.Sum256([]byte(node))
+	return leasePrefix + hex.EncodeToString(sum[:16])
+}
+
+// Report is what one node says about its data plane.
+type Report struct {
+	// Through is the resourceVersion of the newest ServiceImport seen,
+	// "" when none.
+	Through string
+	// Pending are the ClusterSetIPs of ServiceImports up to Through that
+	// the node does not carry yet.
+	Pending []netip.Addr
+}
+
+// annotate writes the report into a Lease's annotations.
+func (r Report) annotate(l *coordinationv1.Lease) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationThrough] = r.Through
+	pending := make([]string, len(r.Pending))
+	for i, a := range r.Pending {
+		pending[i] = a.String()
+	}
+	slices.Sort(pending)
+	l.Annotations[AnnotationPending] = strings.Join(pending, ",")
+}
+
+// reportOf reads a report from a Lease's annotations. An address that does
+// not parse is skipped: a report can only hold back what it names.
+func reportOf(l *coordinationv1.Lease) Report {
+	r := Report{Through: l.Annotations[AnnotationThrough]}
+	for _, s := range strings.Split(l.Annotations[AnnotationPending], ",") {
+		if a, err := netip.ParseAddr(s); err == nil {
+			r.Pending = append(r.Pending, a.Unmap())
+		}
+	}
+	return r
+}
+
+// equal says whether two reports say the same.
+func (r Report) equal(o Report) bool {
+	return r.Through == o.Through && slices.Equal(r.Pending, o.Pending)
+}
