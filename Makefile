@@ -61,7 +61,7 @@ kubectl-mcs:
 harness-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s
 
-# What the harness's real nodes run besides (test/harness RealNodes, the
+# What the harness's real nodes run besides (test/lib/harness RealNodes, the
 # tests of test/realnode): kubelet, kube-scheduler, kube-proxy, kubectl for
 # the operator's commands, and containerd; built once per version, here
 # before the tests so that a first build does not eat into a test binary's
@@ -85,7 +85,7 @@ coredns:
 	bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns >/dev/null
 
 # The images the real-node tests import into their nodes' containerd
-# (test/images): pause, CoreDNS, the echo server and mcsd tagged with
+# (test/lib/images): pause, CoreDNS, the echo server and mcsd tagged with
 # VERSION, built without Docker into $(MCSD_CACHE)/images once, here before
 # the tests so that a first build does not eat into a test binary's timeout.
 .PHONY: test-images

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/mcsd-io/mcsd/charts"
-	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
 )
 
 // The README's kustomize overlay and the chart's values for the same

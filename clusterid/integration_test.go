@@ -12,7 +12,7 @@ import (
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/clusterid"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 func TestClusterIDRulesOnARealAPIServer(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // TestServeFromAPIServer runs the Index on informers of a real API server

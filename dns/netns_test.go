@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/mcsd-io/mcsd/test/netns"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 	"github.com/mcsd-io/mcsd/vipalloc"
 )
 

@@ -3,7 +3,7 @@ package exporter
 import (
 	"testing"
 
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }

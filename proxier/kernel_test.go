@@ -18,9 +18,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/test/echo"
-	"github.com/mcsd-io/mcsd/test/netns"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 	"github.com/mcsd-io/mcsd/vipalloc"
 )
 

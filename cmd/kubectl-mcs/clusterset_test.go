@@ -38,8 +38,8 @@ import (
 	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
 	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 	"github.com/mcsd-io/mcsd/liveness"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 	"github.com/mcsd-io/mcsd/vipalloc"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
 	"github.com/mcsd-io/mcsd/kubectlmcs/install"
 	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // objectVersions are the resourceVersions of every object join or leave may

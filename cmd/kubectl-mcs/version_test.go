@@ -12,8 +12,8 @@ import (
 	"github.com/mcsd-io/mcsd/exporter"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/internal/version"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // version reads each member's mcsd version from its heartbeat Lease and

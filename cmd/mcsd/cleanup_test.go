@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcsd-io/mcsd/test/netns"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 // mcsd --cleanup removes what either proxier mode left in a network

@@ -17,7 +17,7 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mcsd-io/mcsd/internal/record"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }

@@ -29,9 +29,9 @@ import (
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/mcsslice"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/hold"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/hold"
 	"github.com/mcsd-io/mcsd/vipalloc"
 )
 

@@ -19,11 +19,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/manifests"
-	"github.com/mcsd-io/mcsd/test/conformance"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/images"
-	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/images"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
 	"github.com/mcsd-io/mcsd/vipalloc"
 )
 

@@ -2,7 +2,7 @@
 // in every cluster, pods in network namespaces.
 //
 // TestConformance is the upstream MCS API conformance suite
-// (test/conformance) on this harness: one subtest per upstream spec, named
+// (test/lib/conformance) on this harness: one subtest per upstream spec, named
 // with the spec's own text. Pods are the harness's echo pods, DNS is asked
 // with a DNS client inside a pod's network namespace (cluster.local names
 // of a CoreDNS serving the cluster, from the test process), and
@@ -23,8 +23,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/mcsd-io/mcsd/test/conformance"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // conformanceFamilies are the IP families of the suite's clusters:

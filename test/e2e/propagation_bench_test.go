@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // BenchmarkExportToReachable measures, with real mcsd processes, how long a

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/test/conformance"
-	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
 )
 
 // churnServices is how many services TestResolvableMeansReachable exports

@@ -11,10 +11,10 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/mcsd-io/mcsd/test/conformance"
-	"github.com/mcsd-io/mcsd/test/echo"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // clusterSet is the one ClusterSet every spec runs in: a broker and two

@@ -26,10 +26,10 @@ import (
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/charts"
 	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/netns"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 // The Helm chart's path, with values away from the defaults: the chart's

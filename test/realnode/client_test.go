@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/mcsd-io/mcsd/test/echo"
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
 )
 
 // clientNamespace holds the client pods in every member.

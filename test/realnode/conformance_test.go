@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
-	"github.com/mcsd-io/mcsd/test/conformance"
-	"github.com/mcsd-io/mcsd/test/echo"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 // The upstream conformance suite's specs that send traffic (the DNS specs

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/mcsd-io/mcsd/test/echo"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
 )
 
 // exportedEcho exports an echo service of cluster2 (a backend on each of

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/mcsd-io/mcsd/test/images"
+	"github.com/mcsd-io/mcsd/test/lib/images"
 )
 
 // The names manifests/mcsd ships.

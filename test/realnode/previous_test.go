@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcsd-io/mcsd/test/images"
+	"github.com/mcsd-io/mcsd/test/lib/images"
 )
 
 // upgradeFromEnv names the commit an upgrade starts from; the one before

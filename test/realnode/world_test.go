@@ -5,7 +5,7 @@
 // the CoreDNS snippet, installed as the README says (kubectl mcs broker
 // install, kubectl mcs join, kubectl apply -k of manifests/crds and then
 // manifests/mcsd with only a kustomize image override and the pod CIDRs), on two member clusters of
-// two real nodes each (test/harness RealNodes: kubelet, containerd and
+// two real nodes each (test/lib/harness RealNodes: kubelet, containerd and
 // kube-proxy per node). Pods resolve through the kubelet's clusterDNS, a
 // CoreDNS Deployment carrying the shipped snippet.
 //
@@ -25,10 +25,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/images"
-	"github.com/mcsd-io/mcsd/test/repo"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/images"
+	"github.com/mcsd-io/mcsd/test/lib/repo"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 // world is the clusterset every test of the package runs in.

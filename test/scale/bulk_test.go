@@ -26,9 +26,9 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/quotaretry"
 	"github.com/mcsd-io/mcsd/nsenter"
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
-	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
 )
 
 // bulkRounds: each side (the plain writer, mcsd) runs this many times,

@@ -14,7 +14,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
-	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
 )
 
 // plainSliceLabels are an MCS EndpointSlice's labels under another

@@ -15,7 +15,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/record"
 	"github.com/mcsd-io/mcsd/mcsslice"
-	"github.com/mcsd-io/mcsd/test/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
 )
 
 // stage is one step of a bulk export, as the API servers show it.

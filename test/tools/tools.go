@@ -4,7 +4,7 @@
 // they are built from the same module graph at a fixed version.
 // kube-apiserver and kube-controller-manager run in every harness cluster;
 // kubelet, kube-scheduler and kube-proxy run on the harness's real nodes
-// (test/harness RealNodes), and kube-proxy is also the baseline the proxier
+// (test/lib/harness RealNodes), and kube-proxy is also the baseline the proxier
 // is measured against (make bench-proxier). kubectl is what tests run the
 // operator's commands with on a machine that has none.
 package tools

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/mcsd-io/mcsd/internal/image/oci"
-	"github.com/mcsd-io/mcsd/test/testenv"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
 // The built image is the one the Dockerfile describes: same config, same

@@ -7,7 +7,7 @@
 //
 // It builds and reads; it never pulls or pushes, and it does not know what
 // goes into any particular image: the recipes live with their users
-// (internal/image/mcsdimage, test/images).
+// (internal/image/mcsdimage, test/lib/images).
 //
 // An archive is a docker-archive (`docker save` format, written by
 // go-containerregistry's tarball package) holding one image under one

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 func main() {

@@ -27,8 +27,8 @@ import (
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsd-io/mcsd/test/fixture"
-	"github.com/mcsd-io/mcsd/test/harness"
+	"github.com/mcsd-io/mcsd/test/lib/fixture"
+	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
 const (

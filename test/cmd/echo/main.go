@@ -1,7 +1,7 @@
 // Command echo is the harness pods' echo server as a program, for pods on
-// real kubelets (the image test/images.Echo): on each of the pod's
+// real kubelets (the image test/lib/images.Echo): on each of the pod's
 // addresses and ports it answers every TCP connection and UDP datagram with
-// "<pod-ip> <cluster> <pod-name>\n", as test/echo does inside a simulated
+// "<pod-ip> <cluster> <pod-name>\n", as test/lib/echo does inside a simulated
 // pod. It reads its identity from flags or, as a pod spec sets them through
 // the downward API, the environment: POD_IPS (status.podIPs), POD_NAME
 // (metadata.name), CLUSTER and ECHO_PORTS (default 8080).
@@ -18,7 +18,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/mcsd-io/mcsd/test/echo"
+	"github.com/mcsd-io/mcsd/test/lib/echo"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Command images builds the container images the real-node tests run
-// (test/images) into the cache, before the tests need them, and prints
+// (test/lib/images) into the cache, before the tests need them, and prints
 // each one's reference, archive, size and build time: `make test-images`.
 // A second run finds them built.
 package main
@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcsd-io/mcsd/test/images"
+	"github.com/mcsd-io/mcsd/test/lib/images"
 )
 
 func main() {

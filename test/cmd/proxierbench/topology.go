@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/mcsd-io/mcsd/test/netns"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
 )
 
 // topology is a node namespace that forwards between a client pod and a

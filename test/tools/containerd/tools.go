@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package containerd pins the containerd release the harness's real nodes
-// run (test/harness RealNodes): the daemon, its runc shim and ctr, which
+// run (test/lib/harness RealNodes): the daemon, its runc shim and ctr, which
 // imports images into a node. It is its own module so that containerd and
 // its dependencies never enter mcsd's go.mod or the Kubernetes tools module.
 package containerd

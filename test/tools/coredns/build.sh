@@ -2,7 +2,7 @@
 # Builds the pinned CoreDNS release (the version is read from go.mod, so the
 # cache key cannot drift) into $1/<version>/coredns, once: a second run only
 # prints the directory. The binary is static (CGO_ENABLED=0), so that it runs
-# alone in a container image (test/images) as well as on the host; a cached
+# alone in a container image (test/lib/images) as well as on the host; a cached
 # binary built otherwise is rebuilt.
 set -euo pipefail
 
