@@ -107,7 +107,13 @@ lint:
 
 # Everything that must hold before tests mean anything: formatting, vet,
 # and generated files that match their sources.
-verify: lint verify-manifests
+verify: lint verify-manifests verify-layout
+
+# The README's Layout and docs/architecture.md list every package as the
+# tree has it.
+.PHONY: verify-layout
+verify-layout:
+	$(GO) test -count=1 ./test/layout/
 
 generate:
 	$(DEEPCOPY_GEN) --go-header-file hack/boilerplate.go.txt --output-file zz_generated.deepcopy.go ./apis/about/v1alpha1 ./apis/about/v1beta1

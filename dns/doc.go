@@ -21,8 +21,8 @@
 //
 // The Index is handed the embedder's informers (Index.Run), as the proxier
 // is (proxier.Feed), and serves only the endpoints of clusters the liveness
-// ConfigMap does not call gone (SetGoneClusters, with the filter of package
-// liveness that the proxier uses too).
+// ConfigMap does not call gone (SetGoneClusters, with mcsslice.GoneClusters,
+// the one filter that the proxier uses too).
 //
 // It must not call the API server while answering a query, must not make a
 // reader wait for a writer of the Index, and must not serve
