@@ -160,7 +160,7 @@ BENCH_DNS_TIME ?= 10s
 .PHONY: bench-dns
 bench-dns: harness-binaries
 	dir=$$(bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns) && \
-	  $(GO) run ./test/dnsbench -coredns $$dir/coredns -duration $(BENCH_DNS_TIME)
+	  $(GO) run ./test/cmd/dnsbench -coredns $$dir/coredns -duration $(BENCH_DNS_TIME)
 
 # Export -> resolvable -> reachable latency in another cluster, with real
 # mcsd processes (root).
