@@ -14,7 +14,7 @@
 // dnsperf, and sends traffic only to 127.0.0.1.
 //
 //	make bench-dns
-//	go run ./test/dnsbench -coredns PATH [-duration 10s] [-services 1000] [-headless 100] [-endpoints 10]
+//	go run ./test/cmd/dnsbench -coredns PATH [-duration 10s] [-services 1000] [-headless 100] [-endpoints 10]
 package main
 
 import (
