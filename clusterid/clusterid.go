@@ -85,7 +85,7 @@ func (r *Resolver) Resolve(ctx context.Context, flagValue string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("recording cluster ID %q as ClusterProperty %s: %w", id, aboutv1beta1.ClusterIDName, err)
 	}
-	klog.InfoS("Recorded cluster ID", "clusterID", id, "property", aboutv1beta1.ClusterIDName)
+	klog.FromContext(ctx).Info("Recorded cluster ID", "clusterID", id, "property", aboutv1beta1.ClusterIDName)
 	return id, nil
 }
 
@@ -148,7 +148,7 @@ func (r *Resolver) Join(ctx context.Context, clusterSet string) error {
 		if err != nil {
 			return fmt.Errorf("recording membership of ClusterSet %q: %w", clusterSet, err)
 		}
-		klog.InfoS("Joined ClusterSet", "clusterSet", clusterSet)
+		klog.FromContext(ctx).Info("Joined ClusterSet", "clusterSet", clusterSet)
 		return nil
 	}
 }

@@ -50,7 +50,7 @@ func (h *Heartbeat) Run(ctx context.Context) {
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
 		err := h.renew(ctx, clk.Now())
 		if err != nil {
-			klog.ErrorS(err, "Renewing the broker Lease failed; other clusters drop this cluster's endpoints if it stays failed", "lease", klog.KRef(h.Namespace, h.Name), "leaseDuration", h.Duration)
+			klog.FromContext(ctx).Error(err, "Renewing the broker Lease failed; other clusters drop this cluster's endpoints if it stays failed", "lease", klog.KRef(h.Namespace, h.Name), "leaseDuration", h.Duration)
 		}
 		if h.OnRenew != nil {
 			h.OnRenew(err)

@@ -211,7 +211,7 @@ func (c *Controller) withdraw(ctx context.Context, namespace, name string) error
 			continue
 		}
 		c.Metrics.Wrote("record", "delete")
-		klog.InfoS("Withdrew export", "service", klog.KRef(namespace, name), "record", r.Name)
+		klog.FromContext(ctx).Info("Withdrew export", "service", klog.KRef(namespace, name), "record", r.Name)
 	}
 	slices, err := c.ownSlicesOf(namespace, name)
 	if err != nil {

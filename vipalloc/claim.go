@@ -156,7 +156,7 @@ func (c Claimer) list(ctx context.Context, family netip.Prefix) ([]Claim, error)
 	for i := range cms.Items {
 		cl, err := ParseClaim(&cms.Items[i])
 		if err != nil {
-			klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "err", err)
+			klog.FromContext(ctx).V(2).Info("Ignoring a malformed ClusterSetIP block claim", "err", err)
 			continue
 		}
 		if cl.Block.Addr().Is4() == family.Addr().Is4() {
@@ -258,7 +258,7 @@ func (c Claimer) tryClaim(ctx context.Context, block netip.Prefix) (bool, error)
 	}
 	for _, cl := range Owners(claims) {
 		if cl.Name == cm.Name {
-			klog.InfoS("Claimed ClusterSetIP block", "block", block, "clusterID", c.ClusterID)
+			klog.FromContext(ctx).Info("Claimed ClusterSetIP block", "block", block, "clusterID", c.ClusterID)
 			return true, nil
 		}
 	}

@@ -54,18 +54,18 @@ func runElected(ctx context.Context, o *options, local *clients, ctrl *controlle
 		Name:            leaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				klog.InfoS("Leading: running the exporter and importer", "identity", identity, "lease", klog.KRef(o.leaderElectNS, leaseName))
+				klog.FromContext(ctx).Info("Leading: running the exporter and importer", "identity", identity, "lease", klog.KRef(o.leaderElectNS, leaseName))
 				runErr = ctrl.run(ctx)
 				if runErr != nil && ctx.Err() == nil {
 					close(lostc)
 				}
 			},
 			OnStoppedLeading: func() {
-				klog.InfoS("Stopped leading", "identity", identity)
+				klog.FromContext(ctx).Info("Stopped leading", "identity", identity)
 			},
 			OnNewLeader: func(leader string) {
 				if leader != identity {
-					klog.InfoS("Another replica leads the controllers", "leader", leader)
+					klog.FromContext(ctx).Info("Another replica leads the controllers", "leader", leader)
 				}
 			},
 		},

@@ -40,7 +40,7 @@ func Served(ctx context.Context, kube kubernetes.Interface, hasIPv6 func() bool)
 			f = corev1.IPv4Protocol
 		}
 		if f == corev1.IPv6Protocol && !hasIPv6() {
-			klog.InfoS("This host has no IPv6: leaving it out of the cluster's IP families", "serviceCIDR", c)
+			klog.FromContext(ctx).Info("This host has no IPv6: leaving it out of the cluster's IP families", "serviceCIDR", c)
 			continue
 		}
 		if !slices.Contains(families, f) {
