@@ -153,7 +153,7 @@ func shellWords(s string) []string {
 // that the other does not follow fails here.
 func TestRecipeMatchesDockerfile(t *testing.T) {
 	const version, revision = "v9.8.7", "0123abcd"
-	df, err := parseDockerfile("../../Dockerfile", map[string]string{"VERSION": version, "REVISION": revision})
+	df, err := parseDockerfile("../../../Dockerfile", map[string]string{"VERSION": version, "REVISION": revision})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestRecipeMatchesDockerfile(t *testing.T) {
 }
 
 func TestParseDockerfileReadsEveryField(t *testing.T) {
-	df, err := parseDockerfile("../../Dockerfile", nil)
+	df, err := parseDockerfile("../../../Dockerfile", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

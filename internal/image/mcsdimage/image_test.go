@@ -20,11 +20,11 @@ import (
 func TestBuiltImageMatchesDockerfile(t *testing.T) {
 	testenv.RequireCommands(t, "mmdebstrap", "go", "skopeo")
 	const version, revision = "v9.8.7-test", "0123abcd"
-	df, err := parseDockerfile("../../Dockerfile", map[string]string{"VERSION": version, "REVISION": revision})
+	df, err := parseDockerfile("../../../Dockerfile", map[string]string{"VERSION": version, "REVISION": revision})
 	if err != nil {
 		t.Fatal(err)
 	}
-	source, err := filepath.Abs("../..")
+	source, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

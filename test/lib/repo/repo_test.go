@@ -11,7 +11,7 @@ func TestRootIsTheModuleAboveThePackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := filepath.Abs("../..")
+	want, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
