@@ -43,15 +43,6 @@ type RealNode struct {
 	holder, containerd, kubelet, proxy *process
 }
 
-// The paths a real node's mount namespace replaces, with the directory of
-// the node that takes each one's place.
-var nodeMounts = []struct{ target, source string }{
-	{"/run", "run"},
-	{"/var/lib", "var-lib"},
-	{"/var/log", "var-log"},
-	{"/tmp", "tmp"},
-}
-
 // ContainerdSocket is the node's containerd socket, as the harness process
 // reaches it (outside the node's mount namespace).
 func (n *RealNode) ContainerdSocket() string {
@@ -168,20 +159,53 @@ func (n *RealNode) start(ctx context.Context, pause images.Image) error {
 // in it shows outside), the node's directories are mounted in place of the
 // paths every kubelet and containerd share otherwise, and the holder then
 // sleeps until teardown kills it with the node's cgroup.
+//
+// Those mounts hide whatever the machine keeps under /run, /var/lib,
+// /var/log and /tmp, and the node's programs open files of the machine by
+// their paths: their binaries (the cache, often inside the checkout), the
+// node's configuration, certificates and kubeconfigs (the run's state
+// directory). A checkout under /tmp, a cache under /var/lib, a state
+// directory under /run would vanish from the node's view. So before the
+// node's directories go over those paths, each of the machine's paths the
+// node needs that lies below one of them is bound into the node's
+// directory at the same place (node/tmp/a/b for /tmp/a/b), and the node's
+// directory then goes over the path with it: the node sees those paths as
+// the machine does, at the same names, and everything else of /tmp (or
+// /run ...) as its own. Same names matter: every path the harness writes
+// into a configuration or a command line stays valid inside the node, and
+// nothing depends on a process of the machine staying alive (as paths
+// through /proc/<pid>/root would) or on a second name for each path.
 func (n *RealNode) startMountNamespace(ctx context.Context) error {
 	ready := filepath.Join(n.Dir, "mounts-ready")
-	var script strings.Builder
-	script.WriteString("set -e\n")
-	for _, m := range nodeMounts {
-		fmt.Fprintf(&script, "mount --bind \"$1/%s\" %s\n", m.source, m.target)
+	shadowed, dir, err := n.shadowedPaths()
+	if err != nil {
+		return err
 	}
-	script.WriteString("mkdir -p /run/netns /var/lib/kubelet /var/log/pods /var/log/containers\n")
-	fmt.Fprintf(&script, ": > %q\nexec sleep infinity\n", ready)
-	n.holder = n.tracked("mount-namespace", []string{
+	// The script's arguments: the (machine path, hole) pairs to bind, --,
+	// the (node directory, path) pairs to mount over, --, the file that
+	// says the namespace is ready. Passed as arguments, paths need no
+	// quoting for the shell.
+	args := []string{}
+	for _, s := range shadowed {
+		args = append(args, s.path, s.hole)
+	}
+	args = append(args, "--")
+	for _, m := range nodeMounts {
+		args = append(args, filepath.Join(dir, m.source), m.target)
+	}
+	args = append(args, "--", ready)
+	script := `set -e
+while [ "$1" != -- ]; do mkdir -p "$2"; mount --rbind "$1" "$2"; shift 2; done; shift
+while [ "$1" != -- ]; do mount --rbind "$1" "$2"; shift 2; done; shift
+mkdir -p /run/netns /var/lib/kubelet /var/log/pods /var/log/containers
+: > "$1"
+exec sleep infinity
+`
+	n.holder = n.tracked("mount-namespace", append([]string{
 		"nsenter", "--net=" + netns.Path(n.NS.Name), "--",
 		"unshare", "--mount", "--propagation", "private", "--",
-		"sh", "-c", script.String(), "sh", n.Dir,
-	})
+		"sh", "-c", script, "sh",
+	}, args...))
 	if err := n.holder.start(); err != nil {
 		return err
 	}
