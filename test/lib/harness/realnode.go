@@ -177,26 +177,20 @@ func (n *RealNode) start(ctx context.Context, pause images.Image) error {
 // through /proc/<pid>/root would) or on a second name for each path.
 func (n *RealNode) startMountNamespace(ctx context.Context) error {
 	ready := filepath.Join(n.Dir, "mounts-ready")
-	shadowed, dir, err := n.shadowedPaths()
+	mounts, err := n.mountPlan()
 	if err != nil {
 		return err
 	}
-	// The script's arguments: the (machine path, hole) pairs to bind, --,
-	// the (node directory, path) pairs to mount over, --, the file that
-	// says the namespace is ready. Passed as arguments, paths need no
-	// quoting for the shell.
-	args := []string{}
-	for _, s := range shadowed {
-		args = append(args, s.path, s.hole)
-	}
-	args = append(args, "--")
-	for _, m := range nodeMounts {
-		args = append(args, filepath.Join(dir, m.source), m.target)
+	// The script's arguments: the (source, target) pairs to bind in order,
+	// --, the file that says the namespace is ready. As arguments, paths
+	// need no quoting for the shell.
+	var args []string
+	for _, m := range mounts {
+		args = append(args, m.source, m.target)
 	}
 	args = append(args, "--", ready)
 	script := `set -e
 while [ "$1" != -- ]; do mkdir -p "$2"; mount --rbind "$1" "$2"; shift 2; done; shift
-while [ "$1" != -- ]; do mount --rbind "$1" "$2"; shift 2; done; shift
 mkdir -p /run/netns /var/lib/kubelet /var/log/pods /var/log/containers
 : > "$1"
 exec sleep infinity

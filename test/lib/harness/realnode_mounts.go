@@ -16,11 +16,8 @@ var nodeMounts = []struct{ target, source string }{
 	{"/tmp", "tmp"},
 }
 
-// A shadowedPath is a path of the machine that the node's programs open
-// and that one of the node's mounts would hide: it is bound at hole, the
-// same path inside the node's directory that goes over the mount's target
-// (see startMountNamespace).
-type shadowedPath struct{ path, hole string }
+// A bindMount puts source at target (with everything mounted below source).
+type bindMount struct{ source, target string }
 
 // machinePaths are the paths of the machine that the node's programs open
 // by name: the node's directory (containerd's and the kubelet's and
@@ -41,39 +38,53 @@ func (n *RealNode) machinePaths() []string {
 	}
 }
 
-// shadowedPaths returns the machine's paths (resolved: a symbolic link
-// into /tmp leads into the node's own /tmp otherwise) that the node's
-// mounts would hide, each with its hole in the node's directory, and the
-// node's directory resolved too, which the mounts are made from.
-func (n *RealNode) shadowedPaths() ([]shadowedPath, string, error) {
+// mountPlan returns the mounts that make the node's mount namespace, in
+// the order they are made (see startMountNamespace): first each machine
+// path that a node mount would hide, bound at the same path inside the
+// node's directory that goes over the mount's target (a hole through it);
+// then the node's directories over their targets, the one whose target
+// holds the node's directory itself last, for until then every source is
+// found where the machine has it, holes included. Paths are resolved: a
+// symbolic link into /tmp would lead into the node's own /tmp otherwise.
+func (n *RealNode) mountPlan() ([]bindMount, error) {
 	var paths []string
 	for _, p := range n.machinePaths() {
 		abs, err := filepath.Abs(p)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		resolved, err := filepath.EvalSymlinks(abs)
 		if err != nil {
-			return nil, "", fmt.Errorf("a path real node %s needs: %w", n.Name, err)
+			return nil, fmt.Errorf("a path real node %s needs: %w", n.Name, err)
 		}
 		paths = append(paths, resolved)
 	}
 	dir := paths[0]
-	var out []shadowedPath
+	var holes, over []bindMount
+	var last *bindMount
 	for _, m := range nodeMounts {
 		target, err := filepath.EvalSymlinks(m.target)
 		if err != nil {
-			return nil, "", fmt.Errorf("real node %s mounts over %s: %w", n.Name, m.target, err)
+			return nil, fmt.Errorf("real node %s mounts over %s: %w", n.Name, m.target, err)
 		}
+		source := filepath.Join(dir, m.source)
 		for _, p := range outermostUnder(target, paths) {
 			rel, err := filepath.Rel(target, p)
 			if err != nil {
-				return nil, "", err
+				return nil, err
 			}
-			out = append(out, shadowedPath{path: p, hole: filepath.Join(dir, m.source, rel)})
+			holes = append(holes, bindMount{source: p, target: filepath.Join(source, rel)})
 		}
+		if within(target, dir) {
+			last = &bindMount{source: source, target: target}
+			continue
+		}
+		over = append(over, bindMount{source: source, target: target})
 	}
-	return out, dir, nil
+	if last != nil {
+		over = append(over, *last)
+	}
+	return append(holes, over...), nil
 }
 
 // outermostUnder returns the paths that are dir or below it, leaving out
@@ -86,7 +97,7 @@ func outermostUnder(dir string, paths []string) []string {
 			under = append(under, p)
 		}
 	}
-	// Shorter first: an outer path comes before what lies below it.
+	// A path comes before what lies below it.
 	sort.Strings(under)
 	var out []string
 next:

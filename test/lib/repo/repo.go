@@ -33,14 +33,21 @@ func Root() (string, error) {
 }
 
 // Cache is $MCSD_CACHE, which the Makefile exports (and worktrees share), or
-// else the repository's .cache.
+// else the repository's .cache. A relative $MCSD_CACHE is taken from the
+// repository's root, as make takes it: go test runs each package in its own
+// directory, so from the working directory it would be one cache per
+// package, each built anew.
 func Cache() (string, error) {
-	if c := os.Getenv("MCSD_CACHE"); c != "" {
+	c := os.Getenv("MCSD_CACHE")
+	if filepath.IsAbs(c) {
 		return c, nil
 	}
 	root, err := Root()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, ".cache"), nil
+	if c == "" {
+		c = ".cache"
+	}
+	return filepath.Join(root, c), nil
 }

@@ -27,6 +27,16 @@ func TestCache(t *testing.T) {
 			t.Errorf("Cache() = %s, %v", c, err)
 		}
 	})
+	t.Run("a relative one from the repository's root", func(t *testing.T) {
+		t.Setenv("MCSD_CACHE", "build/cache")
+		root, err := Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Cache(); err != nil || c != filepath.Join(root, "build", "cache") {
+			t.Errorf("Cache() = %s, %v", c, err)
+		}
+	})
 	t.Run("without it, the repository's .cache", func(t *testing.T) {
 		t.Setenv("MCSD_CACHE", "")
 		os.Unsetenv("MCSD_CACHE")
