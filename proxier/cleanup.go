@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
+
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // CleanupLeftovers deletes everything mode's proxiers created on this host,
@@ -75,10 +77,10 @@ func cleanupNFTables(ctx context.Context, nfts ...knftables.Interface) error {
 // the built-in chains, then every chain named "MCSD-..." in the nat and
 // filter tables. It costs no more than reading the ruleset when there is
 // nothing to delete.
-func cleanupIPTables(ctx context.Context, ipts ...IPTables) error {
+func cleanupIPTables(ctx context.Context, ipts ...netfilter.IPTables) error {
 	if len(ipts) == 0 {
 		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			ipt, err := NewIPTables(family, nil)
+			ipt, err := netfilter.NewIPTables(family, nil)
 			if err != nil {
 				return fmt.Errorf("proxier: iptables is not usable: %w", err)
 			}

@@ -5,6 +5,25 @@
 // library: a CNI (or mcsd's own node daemon) feeds it ServiceImports and MCS
 // EndpointSlices from its own informers and runs its sync loop.
 //
+// An embedder needs:
+//
+//   - [New] (one IP family) or [NewDualStack] (both), configured by a
+//     [Config]; each result ([Proxier], [DualStack]) is a [Provider], whose
+//     SyncLoop applies changes;
+//   - [NewFeed], which hands a Provider every change of the embedder's
+//     informers ([Feed.Run] reports the initial lists, [Feed.SetGoneClusters]
+//     withholds the endpoints of clusters that are gone);
+//   - [Config.Registerer] for the metrics, and the observers [VIPObserver]
+//     (which ClusterSetIPs the committed rules carry) and [HealthRecorder]
+//     ([NewHealth] is a ready-made one);
+//   - [CheckRequirements], to learn before [New] whether a [Mode] works on
+//     this host, and [CleanupLeftovers], to delete the rules for good.
+//
+// The kernel interfaces the proxier makes for itself (iptables, conntrack,
+// the rule counter) are package
+// [github.com/mcsd-io/mcsd/proxier/netfilter]'s; [Config] takes others for
+// tests and benchmarks.
+//
 // In nftables mode the proxier owns one nftables table per IP family, named
 // [TableName], and nothing outside it; in iptables mode it owns the chains
 // named "MCSD-..." of the nat and filter tables and one jump to them from

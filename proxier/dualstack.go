@@ -47,15 +47,6 @@ func NewDualStack(cfg Config) (*DualStack, error) {
 	return &DualStack{ipv4: p4, ipv6: p6}, nil
 }
 
-// Mode is the mode both families run in: [ModeAuto] resolved.
-func (d *DualStack) Mode() Mode { return d.ipv4.Mode() }
-
-// IPv4 is the proxier of the IPv4 family.
-func (d *DualStack) IPv4() *Proxier { return d.ipv4 }
-
-// IPv6 is the proxier of the IPv6 family.
-func (d *DualStack) IPv6() *Proxier { return d.ipv6 }
-
 // OnServiceImportAdd implements [Provider].
 func (d *DualStack) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {
 	d.ipv4.OnServiceImportAdd(si)

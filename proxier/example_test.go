@@ -2,10 +2,12 @@ package proxier_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,26 +22,61 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
 	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.RunWithFakeClientsets(m) }
-
-// conntrackByCNI stands for a CNI that clears conntrack entries itself.
-type conntrackByCNI struct{}
-
-func (conntrackByCNI) CleanStaleEntries(v1.IPFamily, map[proxier.ServicePort][]netip.Addr) (int, error) {
-	return 0, nil
+// TestMain runs the package's tests on fake clientsets. Example programs
+// the real kernel, so it is left out where the real-kernel tests skip
+// (testenv: under -short); an example has no t.Skip, so -skip does it.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		skip := "^Example$"
+		if old := flag.Lookup("test.skip").Value.String(); old != "" {
+			skip = old + "|" + skip
+		}
+		if err := flag.Set("test.skip", skip); err != nil {
+			panic(err)
+		}
+		fmt.Fprintln(os.Stderr, "--- SKIP: Example: it programs a network namespace of its own with the real nft, needs root; skipped under -short")
+	}
+	testenv.RunWithFakeClientsets(m)
 }
 
-// A CNI embeds the proxier by feeding it from its own informers: ServiceImports
-// from the mcs-api clientset, and only the EndpointSlices labelled with
-// multicluster.kubernetes.io/service-name (those of imported services) from
-// client-go's. The fakes here stand in for the CNI's real clients, and
-// knftables.NewFake for the kernel.
+// carriedVIPs is a VIPObserver: it hands on each ClusterSetIP the
+// proxier's committed rules start carrying. The sync loop calls it, so it
+// must not block.
+type carriedVIPs chan netip.Addr
+
+func (c carriedVIPs) VIPsProgrammed(_ v1.IPFamily, added, _ []netip.Addr) {
+	for _, vip := range added {
+		select {
+		case c <- vip:
+		default:
+		}
+	}
+}
+
+// A CNI embeds the proxier by feeding it from its own informers:
+// ServiceImports from the mcs-api clientset, and only the EndpointSlices
+// labelled with multicluster.kubernetes.io/service-name (those of imported
+// services) from client-go's. Fake clientsets stand in for the CNI's real
+// clients here; the kernel is real. The rules go into a network namespace
+// the example makes for the node, and are deleted at the end, as by a CNI
+// that stops using the proxier for good. It needs root and nft.
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+
+	// The node's network namespace. A CNI passes the one it programs, or
+	// no InNetns at all for its own.
+	node, err := netns.New(fmt.Sprintf("mcsdexample%d", os.Getpid()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = node.Delete() }()
 
 	// What the importer wrote in this cluster: the import of shop/cart,
 	// and the endpoints cluster "west" exports for it.
@@ -69,14 +106,14 @@ func Example() {
 	kube := kubefake.NewClientset(west)
 	mcs := mcsfake.NewSimpleClientset(cart)
 
-	nft := knftables.NewFake(knftables.IPv4Family, proxier.TableName)
+	carried := make(carriedVIPs, 1)
 	p, err := proxier.New(proxier.Config{
-		ClusterID:     "east",
-		IPFamily:      v1.IPv4Protocol,
-		NFTables:      nft,
-		Conntrack:     conntrackByCNI{},
-		PodCIDRs:      []string{"10.1.0.0/16"},
-		MinSyncPeriod: 10 * time.Millisecond,
+		ClusterID:       "east",
+		IPFamily:        v1.IPv4Protocol,
+		InNetns:         node.Do, // nsenter.Do of the namespace's path
+		PodCIDRs:        []string{"10.1.0.0/16"},
+		ClusterSetCIDRs: []netip.Prefix{netip.MustParsePrefix("243.64.0.0/12")},
+		VIPObserver:     carried,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -94,54 +131,63 @@ func Example() {
 	}
 	kubeInformers.Start(ctx.Done())
 	mcsInformers.Start(ctx.Done())
-	go p.SyncLoop(ctx)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		p.SyncLoop(ctx)
+	}()
 	// Once both initial lists are in, the feed asks for the first sync, so
 	// nothing is programmed from half a view. Then the loop applies
 	// changes as they come.
 	if !feed.Run(ctx) {
 		return
 	}
+	fmt.Println("carried:", <-carried)
 
-	// backends lists the endpoints of shop/cart's port once the sync loop
-	// has programmed n of them.
-	backends := func(n int) []*knftables.Element {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if elements, _ := nft.ListElements(ctx, "map", "backends-tcp"); len(elements) == n {
-				return elements
-			}
+	// Read the rules back from the node's kernel: the port's entry in the
+	// dispatch map, and its endpoint in the TCP backends map.
+	var nft knftables.Interface
+	inNode := func(fn func() error) {
+		if err := node.Do(fn); err != nil {
+			fmt.Println(err)
 		}
-		return nil
 	}
-	for _, e := range backends(1) {
-		fmt.Println("backends:", e.Key, "->", e.Value)
-	}
-	dispatch, _ := nft.ListElements(ctx, "map", "service-ips")
-	for _, e := range dispatch {
-		fmt.Println("service-ips:", e.Key, "->", e.Value)
-	}
-
-	// West scales up: the informer delivers the change, and the next
-	// (partial) sync adds one element and points the port at the chain
-	// that balances over two.
-	west.Endpoints = append(west.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}})
-	if _, err := kube.DiscoveryV1().EndpointSlices("shop").Update(ctx, west, metav1.UpdateOptions{}); err != nil {
-		fmt.Println(err)
+	inNode(func() (err error) {
+		nft, err = knftables.New(knftables.IPv4Family, proxier.TableName)
+		return err
+	})
+	if nft == nil {
 		return
 	}
-	fmt.Println("after west scaled up:")
-	for _, e := range backends(2) {
-		fmt.Println("backends:", e.Key, "->", e.Value)
+	for _, m := range []string{"service-ips", "backends-tcp"} {
+		inNode(func() error {
+			elements, err := nft.ListElements(ctx, "map", m)
+			for _, e := range elements {
+				fmt.Printf("%s: %s -> %s\n", m, strings.Join(e.Key, " . "), strings.Join(e.Value, " . "))
+			}
+			return err
+		})
 	}
-	dispatch, _ = nft.ListElements(ctx, "map", "service-ips")
-	for _, e := range dispatch {
-		fmt.Println("service-ips:", e.Key, "->", e.Value)
+
+	// Stop the sync loop, then delete the rules. (mcsd leaves them in
+	// place when it stops, so that traffic keeps flowing across a restart.)
+	cancel()
+	<-loopDone
+	if err := proxier.CleanupLeftovers(context.Background(), proxier.ModeAuto, node.Do); err != nil {
+		fmt.Println(err)
+	}
+	inNode(func() error {
+		_, err := nft.List(context.Background(), "chains")
+		fmt.Println("table ip mcsd gone:", knftables.IsNotFound(err))
+		return nil
+	})
+	if err := node.Delete(); err != nil {
+		fmt.Println(err)
 	}
 
 	// Output:
-	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
-	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-1]
-	// after west scaled up:
-	// backends: [243.64.0.10 80 0] -> [10.2.0.7 8080]
-	// backends: [243.64.0.10 80 1] -> [10.2.0.8 8080]
-	// service-ips: [243.64.0.10 tcp 80] -> [goto lb-tcp-2]
+	// carried: 243.64.0.10
+	// service-ips: 243.64.0.10 . tcp . 80 -> goto lb-tcp-1
+	// backends-tcp: 243.64.0.10 . 80 . 0 -> 10.2.0.7 . 8080
+	// table ip mcsd gone: true
 }

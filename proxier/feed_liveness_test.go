@@ -2,6 +2,7 @@ package proxier_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +20,15 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
+
+// conntrackByCNI stands for a CNI that clears conntrack entries itself.
+type conntrackByCNI struct{}
+
+func (conntrackByCNI) CleanStaleEntries(v1.IPFamily, map[netfilter.ServicePort][]netip.Addr) (int, error) {
+	return 0, nil
+}
 
 func TestFeedWithholdsGoneClusters(t *testing.T) {
 	ctx := t.Context()

@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -127,7 +128,7 @@ func (f *fixture) sync() {
 // failNextSync makes the next nftables transaction or iptables-restore
 // fail.
 func (f *fixture) failNextSync() {
-	if f.p.Mode() == ModeIPTables {
+	if f.p.backend.mode() == ModeIPTables {
 		f.ipt.failRestores = 1
 		return
 	}
@@ -148,7 +149,7 @@ func (f *fixture) fullSync() {
 
 // tracer is the nftables tracer; see trace for one of the fixture's mode.
 func (f *fixture) tracer() *tracer {
-	if f.p.Mode() != ModeNFTables {
+	if f.p.backend.mode() != ModeNFTables {
 		f.t.Fatal("the nftables tracer of a fixture in iptables mode")
 	}
 	return newTracer(f.t, f.nft.Fake)
@@ -158,7 +159,7 @@ func (f *fixture) tracer() *tracer {
 // outcome.
 func (f *fixture) trace(pkt packet) []outcome {
 	f.t.Helper()
-	if f.p.Mode() == ModeIPTables {
+	if f.p.backend.mode() == ModeIPTables {
 		return newIPTTracer(f.t, f.ipt).trace(pkt)
 	}
 	return f.tracer().trace(pkt)
@@ -209,7 +210,7 @@ func assertGoldenFile(t *testing.T, file, got string) {
 	}
 }
 
-// fakeTableCounter counts a Fake's rules, as NewNetlinkRuleCounter counts
+// fakeTableCounter counts a Fake's rules, as netfilter.NewRuleCounter counts
 // the kernel's.
 type fakeTableCounter struct{ nft *knftables.Fake }
 
@@ -217,7 +218,7 @@ func (c fakeTableCounter) CountRules(_ v1.IPFamily, chain string) (int, error) {
 	c.nft.RLock()
 	defer c.nft.RUnlock()
 	if c.nft.Table == nil || c.nft.Table.Chains[chain] == nil {
-		return 0, ErrNotFound
+		return 0, netfilter.ErrNotFound
 	}
 	return len(c.nft.Table.Chains[chain].Rules), nil
 }
@@ -225,10 +226,10 @@ func (c fakeTableCounter) CountRules(_ v1.IPFamily, chain string) (int, error) {
 // fakeConntrack records what it is asked to clean.
 type fakeConntrack struct {
 	mu    sync.Mutex
-	calls []map[ServicePort][]netip.Addr
+	calls []map[netfilter.ServicePort][]netip.Addr
 }
 
-func (c *fakeConntrack) CleanStaleEntries(_ v1.IPFamily, ports map[ServicePort][]netip.Addr) (int, error) {
+func (c *fakeConntrack) CleanStaleEntries(_ v1.IPFamily, ports map[netfilter.ServicePort][]netip.Addr) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, maps.Clone(ports))
@@ -236,7 +237,7 @@ func (c *fakeConntrack) CleanStaleEntries(_ v1.IPFamily, ports map[ServicePort][
 }
 
 // take returns the calls since the last take.
-func (c *fakeConntrack) take() []map[ServicePort][]netip.Addr {
+func (c *fakeConntrack) take() []map[netfilter.ServicePort][]netip.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	calls := c.calls

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
+
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // prepareHost resolves cfg's mode and makes what its proxiers share on the
@@ -40,12 +42,12 @@ func prepareHost(cfg Config) (Config, error) {
 	}
 	err = cfg.InNetns(func() (err error) {
 		if cfg.Conntrack == nil {
-			if cfg.Conntrack, err = NewConntrack(); err != nil {
+			if cfg.Conntrack, err = netfilter.NewConntrack(); err != nil {
 				return err
 			}
 		}
 		if mode == ModeNFTables && cfg.RuleCounter == nil {
-			cfg.RuleCounter, err = NewNetlinkRuleCounter()
+			cfg.RuleCounter, err = netfilter.NewRuleCounter(TableName)
 		}
 		return err
 	})

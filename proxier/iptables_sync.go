@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // iptablesBackend is iptables mode, in kube-proxy iptables mode's manner:
@@ -29,7 +31,7 @@ import (
 type iptablesBackend struct {
 	family  v1.IPFamily
 	options iptablesOptions
-	ipt     IPTables
+	ipt     netfilter.IPTables
 	metrics *metrics
 	logger  klog.Logger
 	// jumpsWritten is set once the jumps from the built-in chains were

@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 	"github.com/mcsd-io/mcsd/test/lib/echo"
 	"github.com/mcsd-io/mcsd/test/lib/netns"
 	"github.com/mcsd-io/mcsd/test/lib/testenv"
@@ -288,9 +289,9 @@ func (f kernelFamily) gw(p *pod) netip.Addr {
 // of is the node's proxier of the family.
 func (f kernelFamily) of(d *DualStack) *Proxier {
 	if f.family == v1.IPv4Protocol {
-		return d.IPv4()
+		return d.ipv4
 	}
-	return d.IPv6()
+	return d.ipv6
 }
 
 // vips are ClusterSetIP n of both families, for an import.
@@ -318,7 +319,7 @@ func kernelSlices(service, cluster string, ports []slicePort, pods ...*pod) []*d
 // sync applies pending changes to both families now.
 func (w *kernelWorld) sync(t *testing.T) {
 	t.Helper()
-	for _, p := range []*Proxier{w.proxier.IPv4(), w.proxier.IPv6()} {
+	for _, p := range []*Proxier{w.proxier.ipv4, w.proxier.ipv6} {
 		if err := p.runner.fn(); err != nil {
 			t.Fatalf("%s sync: %v", p.family, err)
 		}
@@ -360,7 +361,7 @@ func testKernel(t *testing.T, mode Mode) {
 	rootHadTable, rootHadChains := map[string]bool{}, map[string][]string{}
 	for _, f := range kernelFamilies {
 		rootHadTable[f.nft] = exec.Command("nft", "list", "table", f.nft, TableName).Run() == nil
-		rootHadChains[f.iptables] = iptablesChainsIn(t, nil, f.iptables+"-save")
+		rootHadChains[f.iptables] = iptablesChainsIn(t, nil, f.family)
 	}
 
 	w := newKernelWorld(t, withMode(mode))
@@ -416,10 +417,10 @@ func testKernel(t *testing.T, mode Mode) {
 		eachFamily(t, func(t *testing.T, f kernelFamily) {
 			if mode == ModeIPTables {
 				save := f.iptables + "-save"
-				if got := iptablesChainsIn(t, w.node, save); !slices.Contains(got, iptServicesChain) {
+				if got := iptablesChainsIn(t, w.node, f.family); !slices.Contains(got, iptServicesChain) {
 					t.Errorf("%s in the node: chains %v", save, got)
 				}
-				if got := iptablesChainsIn(t, nil, save); len(got) > len(rootHadChains[f.iptables]) {
+				if got := iptablesChainsIn(t, nil, f.family); len(got) > len(rootHadChains[f.iptables]) {
 					t.Errorf("chains appeared in the test's own namespace: %v", got)
 				}
 				return
@@ -687,8 +688,8 @@ func testKernel(t *testing.T, mode Mode) {
 			t.Skip("nftables mode")
 		}
 		eachFamily(t, func(t *testing.T, f kernelFamily) {
-			var counter RuleCounter
-			if err := w.node.Do(func() (err error) { counter, err = NewNetlinkRuleCounter(); return err }); err != nil {
+			var counter netfilter.RuleCounter
+			if err := w.node.Do(func() (err error) { counter, err = netfilter.NewRuleCounter(TableName); return err }); err != nil {
 				t.Fatal(err)
 			}
 			if n, err := counter.CountRules(f.family, natPreroutingChain); err != nil || n == 0 {
@@ -704,7 +705,7 @@ func testKernel(t *testing.T, mode Mode) {
 				t.Fatal(err)
 			}
 			// The kernel answers a dump of a missing table with nothing.
-			if n, err := counter.CountRules(f.family, natPreroutingChain); n != 0 || (err != nil && !errors.Is(err, ErrNotFound)) {
+			if n, err := counter.CountRules(f.family, natPreroutingChain); n != 0 || (err != nil && !errors.Is(err, netfilter.ErrNotFound)) {
 				t.Errorf("deleted table: %d rules, %v; want none", n, err)
 			}
 			p := f.of(w.proxier)
@@ -725,7 +726,7 @@ func testKernel(t *testing.T, mode Mode) {
 		leftovers := func(t *testing.T, f kernelFamily) []string {
 			t.Helper()
 			if mode == ModeIPTables {
-				if got := iptablesChainsIn(t, w.node, f.iptables+"-save"); slices.Contains(got, stickyChain) {
+				if got := iptablesChainsIn(t, w.node, f.family); slices.Contains(got, stickyChain) {
 					return []string{stickyChain}
 				}
 				return nil
@@ -870,30 +871,29 @@ func (w *kernelWorld) conntrackEntries(t *testing.T, f kernelFamily, client net.
 	return n
 }
 
-// iptablesChainsIn lists the proxier's chains that save (iptables-save or
-// ip6tables-save) shows in ns, or in the test's own namespace when ns is
-// nil.
-func iptablesChainsIn(t *testing.T, ns *netns.NS, save string) []string {
+// iptablesChainsIn lists the proxier's chains that the family's iptables
+// shows in ns, or in the test's own namespace when ns is nil.
+func iptablesChainsIn(t *testing.T, ns *netns.NS, family v1.IPFamily) []string {
 	t.Helper()
-	var out string
-	var err error
-	if ns == nil {
-		var b []byte
-		b, err = exec.Command(save).Output()
-		out = string(b)
-	} else {
-		out, err = ns.Exec(save)
+	var in func(func() error) error
+	if ns != nil {
+		in = ns.Do
 	}
+	ipt, err := netfilter.NewIPTables(family, in)
 	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return nil
-		}
-		t.Fatalf("%s: %v", save, err)
+		// Not installed: there can be no chain.
+		return nil
 	}
 	var chains []string
-	for _, c := range append(chainsOfSave([]byte(out), iptablesNAT), chainsOfSave([]byte(out), iptablesFilter)...) {
-		if isIPTablesChain(c) {
-			chains = append(chains, c)
+	for _, table := range []string{iptablesNAT, iptablesFilter} {
+		all, err := ipt.ListChains(t.Context(), table)
+		if err != nil {
+			t.Fatalf("%s chains of the %s table: %v", family, table, err)
+		}
+		for _, c := range all {
+			if isIPTablesChain(c) {
+				chains = append(chains, c)
+			}
 		}
 	}
 	return chains

@@ -21,18 +21,18 @@ const (
 	ModeAuto Mode = "auto"
 )
 
-// Modes are the values [ParseMode] accepts.
-var Modes = []Mode{ModeNFTables, ModeIPTables, ModeAuto}
+// modes are the values [ParseMode] accepts.
+var modes = []Mode{ModeNFTables, ModeIPTables, ModeAuto}
 
 // ParseMode parses "nftables", "iptables" or "auto".
 func ParseMode(s string) (Mode, error) {
-	for _, m := range Modes {
+	for _, m := range modes {
 		if string(m) == s {
 			return m, nil
 		}
 	}
-	names := make([]string, len(Modes))
-	for i, m := range Modes {
+	names := make([]string, len(modes))
+	for i, m := range modes {
 		names[i] = string(m)
 	}
 	return "", fmt.Errorf("unknown proxier mode %q; choose from %s", s, strings.Join(names, ", "))

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
+
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // staleChainDelay is how long a chain stays flushed before it is deleted.
@@ -32,7 +34,7 @@ type nftablesBackend struct {
 	metrics *metrics
 	logger  klog.Logger
 	// ruleCounter counts a chain's rules for the periodic check.
-	ruleCounter RuleCounter
+	ruleCounter netfilter.RuleCounter
 	elements    *elementStore
 	// chainUsers counts the committed service ports that point to each
 	// shared chain and chainRules holds its rules; staleChains holds those
@@ -61,7 +63,7 @@ func nftRules(r *renderedService) *nftablesService {
 	return r.rules.(*nftablesService)
 }
 
-func newNFTablesBackend(family v1.IPFamily, nft knftables.Interface, counter RuleCounter, o staticOptions, m *metrics, logger klog.Logger) *nftablesBackend {
+func newNFTablesBackend(family v1.IPFamily, nft knftables.Interface, counter netfilter.RuleCounter, o staticOptions, m *metrics, logger klog.Logger) *nftablesBackend {
 	return &nftablesBackend{
 		family:      family,
 		words:       o.words,
@@ -274,7 +276,7 @@ func (b *nftablesBackend) chainsToRepair() (repair []string, missing bool) {
 	for _, c := range slices.Sorted(maps.Keys(want)) {
 		n, err := b.ruleCounter.CountRules(b.family, c)
 		switch {
-		case errors.Is(err, ErrNotFound) && b.chainRules[c] == nil:
+		case errors.Is(err, netfilter.ErrNotFound) && b.chainRules[c] == nil:
 			b.logger.Info("A chain of the nftables table was deleted behind the proxier's back; rewriting the table", "chain", c)
 			return nil, true
 		case err != nil || n != want[c]:
@@ -352,7 +354,7 @@ func (b *nftablesBackend) deleteStaleChains(now time.Time) error {
 func (b *nftablesBackend) tableIntact() bool {
 	n, err := b.ruleCounter.CountRules(b.family, natPreroutingChain)
 	switch {
-	case knftables.IsNotFound(err), errors.Is(err, ErrNotFound):
+	case knftables.IsNotFound(err), errors.Is(err, netfilter.ErrNotFound):
 		b.logger.Info("The nftables table or its base chain was deleted behind the proxier's back; rewriting it", "chain", natPreroutingChain)
 		return false
 	case err != nil:

@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/knftables"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // DefaultMasqueradeMark is the packet mark bit the proxier sets on traffic
@@ -62,19 +64,20 @@ type Config struct {
 	// each family's.
 	NFTables knftables.Interface
 	// IPTables is IPFamily's iptables (or ip6tables), in iptables mode. Nil
-	// means [NewIPTables] on this host; tests pass a fake. [NewDualStack]
-	// makes each family's.
-	IPTables IPTables
+	// means [netfilter.NewIPTables] on this host; tests pass a fake.
+	// [NewDualStack] makes each family's.
+	IPTables netfilter.IPTables
 	// Conntrack deletes stale UDP conntrack entries. Nil means
-	// [NewConntrack] in InNetns.
-	Conntrack Conntrack
+	// [netfilter.NewConntrack] in InNetns; a CNI that clears conntrack
+	// itself passes its own.
+	Conntrack netfilter.Conntrack
 	// RuleCounter is how the proxier checks, once per sync period, that
 	// its table was not flushed or deleted behind its back. Nil means
-	// [NewNetlinkRuleCounter] in InNetns (never "nft list", which costs as
-	// much as the whole table with nft 1.0.x). Tests on knftables.NewFake
-	// pass one that counts the Fake's rules. Unused in iptables mode, which
-	// checks its jump from nat PREROUTING instead.
-	RuleCounter RuleCounter
+	// [netfilter.NewRuleCounter] of [TableName] in InNetns (never "nft
+	// list", which costs as much as the whole table with nft 1.0.x). Tests
+	// on knftables.NewFake pass one that counts the Fake's rules. Unused in
+	// iptables mode, which checks its jump from nat PREROUTING instead.
+	RuleCounter netfilter.RuleCounter
 
 	// MasqueradeMark is the single mark bit that flags packets for
 	// masquerading between the nat hooks. Zero means
@@ -176,7 +179,7 @@ type Proxier struct {
 	family    v1.IPFamily
 	policy    trafficPolicy
 	backend   backend
-	conntrack Conntrack
+	conntrack netfilter.Conntrack
 	clock     clock.Clock
 	metrics   *metrics
 	health    HealthRecorder
@@ -326,7 +329,7 @@ func newBackend(cfg Config, o options, m *metrics, logger klog.Logger) (backend,
 		ipt := cfg.IPTables
 		if ipt == nil {
 			var err error
-			if ipt, err = NewIPTables(cfg.IPFamily, cfg.InNetns); err != nil {
+			if ipt, err = netfilter.NewIPTables(cfg.IPFamily, cfg.InNetns); err != nil {
 				return nil, fmt.Errorf("proxier: iptables for %s is not usable: %w", cfg.IPFamily, err)
 			}
 		}
@@ -338,7 +341,7 @@ func newBackend(cfg Config, o options, m *metrics, logger klog.Logger) (backend,
 	if nft == nil {
 		var err error
 		if nft, err = newNFTablesIn(cfg.InNetns, knftables.Family(w.ip)); err != nil {
-			return nil, fmt.Errorf("proxier: nftables for %s is not usable (needs nft >= %s and kernel >= %s): %w", cfg.IPFamily, MinNFTVersion, MinKernelVersion, err)
+			return nil, fmt.Errorf("proxier: nftables for %s is not usable (needs nft >= %s and kernel >= %s): %w", cfg.IPFamily, minNFTVersion, minKernelVersion, err)
 		}
 	}
 	static := staticOptions{words: w, mark: o.mark, masqueradeAll: cfg.MasqueradeAll, podCIDRs: o.podCIDRs}
@@ -351,9 +354,6 @@ func orDefault(d, def time.Duration) time.Duration {
 	}
 	return d
 }
-
-// Mode is the mode the proxier runs in: [ModeAuto] resolved.
-func (p *Proxier) Mode() Mode { return p.backend.mode() }
 
 // OnServiceImportAdd implements [Provider].
 func (p *Proxier) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {

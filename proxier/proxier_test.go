@@ -20,6 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 const vip = "243.1.0.10"
@@ -714,7 +715,7 @@ func TestFullSync(t *testing.T) {
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
 		f.assertGolden("basic")
-		counter.err = fmt.Errorf("chain gone: %w", ErrNotFound)
+		counter.err = fmt.Errorf("chain gone: %w", netfilter.ErrNotFound)
 		f.clock.Step(DefaultSyncPeriod)
 		f.sync()
 		if counter.asked != 3 || f.p.needRewrite {
@@ -798,7 +799,7 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 
 func TestConntrack(t *testing.T) {
 	inEachMode(t, func(t *testing.T, _ Mode, newFixture fixtureFunc) {
-		dns := ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
+		dns := netfilter.ServicePort{Protocol: v1.ProtocolUDP, Address: netip.MustParseAddrPort("243.1.0.10:53")}
 		addrs := func(ips ...string) []netip.Addr {
 			var out []netip.Addr
 			for _, ip := range ips {
@@ -817,7 +818,7 @@ func TestConntrack(t *testing.T) {
 			if len(calls) != 1 {
 				t.Fatalf("%d cleanups, want 1", len(calls))
 			}
-			want := map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
+			want := map[netfilter.ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2", "10.2.0.1")}
 			if diff := cmp.Diff(want, calls[0], addrCmp); diff != "" {
 				t.Errorf("cleaned (-want +got):\n%s", diff)
 			}
@@ -832,7 +833,7 @@ func TestConntrack(t *testing.T) {
 			if len(calls) != 1 {
 				t.Fatalf("%d cleanups, want 1", len(calls))
 			}
-			if diff := cmp.Diff(map[ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
+			if diff := cmp.Diff(map[netfilter.ServicePort][]netip.Addr{dns: addrs("10.1.0.1", "10.1.0.2")}, calls[0], addrCmp); diff != "" {
 				t.Errorf("cleaned (-want +got):\n%s", diff)
 			}
 		})
@@ -928,7 +929,7 @@ func TestDualStack(t *testing.T) {
 	d.OnEndpointSliceAdd(newSlice("web", remoteCluster, []slicePort{tcp("http", 80, 8080)}, ready("fd00:2::1")))
 	d.OnServiceImportsSynced()
 	d.OnEndpointSlicesSynced()
-	for _, p := range []*Proxier{d.IPv4(), d.IPv6()} {
+	for _, p := range []*Proxier{d.ipv4, d.ipv6} {
 		if err := p.syncRules(); err != nil {
 			t.Fatal(err)
 		}

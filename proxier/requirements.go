@@ -16,15 +16,14 @@ import (
 // concatenated key, and typeof maps, need a kernel of the 5.x series, and
 // 5.13 is the oldest mcsd is tested with.
 const (
-	MinKernelVersion = "5.13"
-	MinNFTVersion    = "1.0.1"
+	minKernelVersion = "5.13"
+	minNFTVersion    = "1.0.1"
 )
 
 // CheckRequirements returns an error naming what is missing or too old for
-// mode on this host: for nftables mode, a kernel older than
-// [MinKernelVersion] or an nft on PATH older than [MinNFTVersion]; for
-// iptables mode, the iptables commands missing from PATH; for [ModeAuto],
-// both failing.
+// mode on this host: for nftables mode, a kernel older than 5.13 or an nft
+// on PATH older than 1.0.1; for iptables mode, the iptables commands
+// missing from PATH; for [ModeAuto], both failing.
 func CheckRequirements(ctx context.Context, mode Mode) error {
 	switch mode {
 	case "", ModeNFTables:
@@ -37,7 +36,7 @@ func CheckRequirements(ctx context.Context, mode Mode) error {
 }
 
 // checkNFTables compares the running kernel and the nft on PATH with
-// [MinKernelVersion] and [MinNFTVersion].
+// minKernelVersion and minNFTVersion.
 func checkNFTables(ctx context.Context) error {
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
@@ -46,7 +45,7 @@ func checkNFTables(ctx context.Context) error {
 	kernel := unix.ByteSliceToString(uts.Release[:])
 	out, err := exec.CommandContext(ctx, "nft", "--version").Output()
 	if err != nil {
-		return fmt.Errorf("running nft --version (nft >= %s must be on PATH): %w", MinNFTVersion, err)
+		return fmt.Errorf("running nft --version (nft >= %s must be on PATH): %w", minNFTVersion, err)
 	}
 	return checkVersions(kernel, string(out))
 }
@@ -70,11 +69,11 @@ var versionRE = regexp.MustCompile(`(\d+)\.(\d+)(?:\.(\d+))?`)
 // "nftables v1.0.6 (Lester Gooch #5)" with the minimums.
 func checkVersions(kernel, nft string) error {
 	var errs []error
-	if older, err := olderThan(kernel, MinKernelVersion); err != nil || older {
-		errs = append(errs, fmt.Errorf("kernel %q: the proxier needs Linux >= %s", kernel, MinKernelVersion))
+	if older, err := olderThan(kernel, minKernelVersion); err != nil || older {
+		errs = append(errs, fmt.Errorf("kernel %q: the proxier needs Linux >= %s", kernel, minKernelVersion))
 	}
-	if older, err := olderThan(nft, MinNFTVersion); err != nil || older {
-		errs = append(errs, fmt.Errorf("nft %q: the proxier needs nft >= %s", nft, MinNFTVersion))
+	if older, err := olderThan(nft, minNFTVersion); err != nil || older {
+		errs = append(errs, fmt.Errorf("nft %q: the proxier needs nft >= %s", nft, minNFTVersion))
 	}
 	return errors.Join(errs...)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // deadShape is a clusterset of the dead-cluster scenario: clusters x
@@ -144,17 +145,17 @@ func describeTxs(txs []txRecord, began time.Time) string {
 func deadClusterOnce(ctx context.Context, topo *topology, s deadShape) (deadResult, error) {
 	res := deadResult{load: loadAverage()}
 	var nft knftables.Interface
-	var counter proxier.RuleCounter
-	var ct proxier.Conntrack
+	var counter netfilter.RuleCounter
+	var ct netfilter.Conntrack
 	err := topo.node.Do(func() (err error) {
 		_ = proxier.CleanupLeftovers(context.Background(), proxier.ModeAuto, nil)
 		if nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
 			return err
 		}
-		if counter, err = proxier.NewNetlinkRuleCounter(); err != nil {
+		if counter, err = netfilter.NewRuleCounter(proxier.TableName); err != nil {
 			return err
 		}
-		ct, err = proxier.NewConntrack()
+		ct, err = netfilter.NewConntrack()
 		return err
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // The limit beside each full sync is the kernel's (and nft's or
@@ -50,7 +51,7 @@ func (f *firstNFT) input() []byte {
 
 // firstRestores keeps the first iptables-restore input of each table.
 type firstRestores struct {
-	proxier.IPTables
+	netfilter.IPTables
 	mu     sync.Mutex
 	tables []string
 	inputs map[string][]byte

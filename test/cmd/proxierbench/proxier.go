@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 	"github.com/mcsd-io/mcsd/proxier"
+	"github.com/mcsd-io/mcsd/proxier/netfilter"
 )
 
 // Clusters of the bench: half of every import's endpoints are local, half
@@ -114,8 +115,8 @@ type proxierRun struct {
 	mode     proxier.Mode
 	reg      *prometheus.Registry
 	nft      knftables.Interface
-	ipt      proxier.IPTables
-	counter  proxier.RuleCounter
+	ipt      netfilter.IPTables
+	counter  netfilter.RuleCounter
 	p        *proxier.Proxier
 	clock    *shiftedClock
 	observer *vipWaiter
@@ -128,22 +129,22 @@ type proxierRun struct {
 
 func newProxierRun(topo *topology, mode proxier.Mode) (*proxierRun, error) {
 	r := &proxierRun{topo: topo, mode: mode, reg: prometheus.NewRegistry(), clock: &shiftedClock{}, observer: newVIPWaiter()}
-	var ct proxier.Conntrack
+	var ct netfilter.Conntrack
 	err := topo.node.Do(func() (err error) {
 		// Each run starts from an empty node: no leftovers of either mode.
 		_ = proxier.CleanupLeftovers(context.Background(), proxier.ModeAuto, nil)
 		if mode == proxier.ModeIPTables {
-			r.ipt, err = proxier.NewIPTables(v1.IPv4Protocol, topo.node.Do)
+			r.ipt, err = netfilter.NewIPTables(v1.IPv4Protocol, topo.node.Do)
 		} else {
 			if r.nft, err = knftables.New(knftables.IPv4Family, proxier.TableName); err != nil {
 				return err
 			}
-			r.counter, err = proxier.NewNetlinkRuleCounter()
+			r.counter, err = netfilter.NewRuleCounter(proxier.TableName)
 		}
 		if err != nil {
 			return err
 		}
-		ct, err = proxier.NewConntrack()
+		ct, err = netfilter.NewConntrack()
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package proxier
+package netfilter
 
 import (
 	"errors"
@@ -10,15 +10,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// RuleCounter counts the rules of one chain of the proxier's table without
+// RuleCounter counts the rules of one chain of one nftables table without
 // reading the rest of it. Once per sync period the proxier asks it about one
-// base chain to notice a table flushed or deleted behind its back (see
-// [Config.RuleCounter]).
+// base chain to notice a table flushed or deleted behind its back.
 type RuleCounter interface {
-	// CountRules returns how many rules chain of the family's table
-	// [TableName] has. A table or chain that does not exist has none, or
-	// gives an error wrapping [ErrNotFound]; either makes the proxier
-	// rewrite the table.
+	// CountRules returns how many rules chain of the family's table has. A
+	// table or chain that does not exist has none, or gives an error
+	// wrapping [ErrNotFound]; either makes the proxier rewrite the table.
 	CountRules(family v1.IPFamily, chain string) (int, error)
 }
 
@@ -29,18 +27,19 @@ var ErrNotFound = errors.New("not found")
 // dump of that chain alone, where `nft list chain` (nft 1.0.x) reads every
 // set and map of the table first, which takes seconds at 10k services.
 type netlinkRuleCounter struct {
-	conn *nftables.Conn
+	conn  *nftables.Conn
+	table string
 }
 
-// NewNetlinkRuleCounter returns a RuleCounter that talks netlink to the
-// kernel in the network namespace of the calling thread; its socket stays
-// there.
-func NewNetlinkRuleCounter() (RuleCounter, error) {
+// NewRuleCounter returns a RuleCounter of the chains of table (in each
+// family) that talks netlink to the kernel in the network namespace of the
+// calling thread; its socket stays there.
+func NewRuleCounter(table string) (RuleCounter, error) {
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("opening an nftables netlink socket: %w", err)
 	}
-	return &netlinkRuleCounter{conn: conn}, nil
+	return &netlinkRuleCounter{conn: conn, table: table}, nil
 }
 
 func (c *netlinkRuleCounter) CountRules(family v1.IPFamily, chain string) (int, error) {
@@ -48,13 +47,13 @@ func (c *netlinkRuleCounter) CountRules(family v1.IPFamily, chain string) (int, 
 	if family == v1.IPv6Protocol {
 		tf = nftables.TableFamilyIPv6
 	}
-	rules, err := c.conn.GetRules(&nftables.Table{Name: TableName, Family: tf}, &nftables.Chain{Name: chain})
+	rules, err := c.conn.GetRules(&nftables.Table{Name: c.table, Family: tf}, &nftables.Chain{Name: chain})
 	if err != nil {
 		// The library flattens the netlink error to text.
 		if strings.Contains(err.Error(), syscall.ENOENT.Error()) {
-			return 0, fmt.Errorf("chain %s of table %s: %w", chain, TableName, ErrNotFound)
+			return 0, fmt.Errorf("chain %s of table %s: %w", chain, c.table, ErrNotFound)
 		}
-		return 0, fmt.Errorf("listing the rules of chain %s of table %s: %w", chain, TableName, err)
+		return 0, fmt.Errorf("listing the rules of chain %s of table %s: %w", chain, c.table, err)
 	}
 	return len(rules), nil
 }

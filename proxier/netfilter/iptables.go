@@ -1,4 +1,4 @@
-package proxier
+package netfilter
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 // IPTables is how the proxier's iptables mode reaches one family's iptables
 // (iptables or ip6tables), as knftables.Interface is how nftables mode
 // reaches nft. [NewIPTables] runs the commands on this host; tests pass a
-// fake that records what it is given.
+// fake that records what it is given, and benchmarks wrap the real one.
 type IPTables interface {
 	// Restore loads data, the input of "iptables-restore --noflush" for one
 	// table ("*table" ... "COMMIT"), atomically: it changes only the chains
@@ -46,7 +46,8 @@ type execIPTables struct {
 // IPv6). Whichever variant the node's alternatives select, nft-backed
 // (Debian's default since 11) or legacy, works; the proxier uses only what
 // both support. Every command is started through inNetns (nil: on the
-// calling thread, in its network namespace), as [Config.InNetns].
+// calling thread, in its network namespace), as the proxier's
+// Config.InNetns.
 func NewIPTables(family v1.IPFamily, inNetns func(fn func() error) error) (IPTables, error) {
 	if inNetns == nil {
 		inNetns = func(fn func() error) error { return fn() }
