@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -83,7 +84,9 @@ func createPod(ctx context.Context, m *member, pod *corev1.Pod) (*corev1.Pod, er
 }
 
 // echoPod is a pod of the echo image answering on ports with its identity
-// (its address, cluster and name).
+// (its address, cluster and name). It requests a little CPU, as a
+// workload does: without a request a pod gets the smallest CPU weight, and
+// a loaded node leaves its answers waiting for seconds.
 func echoPod(namespace, name, cluster, image string, labels map[string]string, ports ...int32) *corev1.Pod {
 	var portList []string
 	var containerPorts []corev1.ContainerPort
@@ -101,6 +104,9 @@ func echoPod(namespace, name, cluster, image string, labels map[string]string, p
 				Name:  "echo",
 				Image: image,
 				Ports: containerPorts,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
+				},
 				Env: []corev1.EnvVar{
 					{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

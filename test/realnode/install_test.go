@@ -159,8 +159,10 @@ func ptrTo[T any](v T) *T { return &v }
 
 // coreDNS is the cluster DNS as kube-dns is commonly deployed: a
 // Deployment of CoreDNS behind the Service the kubelets' clusterDNS names,
-// its Corefile the usual kubernetes block, to which kubectl mcs join adds
-// the server block of clusterset.local. Nothing is forwarded upstream: no name outside the clusters resolves.
+// its pods' CPU request, priority and probes as kubeadm ships them (a pod
+// without a CPU request gets the smallest CPU weight, and a loaded node
+// starves it), its Corefile the usual kubernetes block, to which kubectl
+// mcs join adds the server block of clusterset.local. Nothing is forwarded upstream: no name outside the clusters resolves.
 var coreDNS = template.Must(template.New("coredns").Parse(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -219,6 +221,7 @@ spec:
         k8s-app: kube-dns
     spec:
       serviceAccountName: coredns
+      priorityClassName: system-cluster-critical
       dnsPolicy: Default
       topologySpreadConstraints:
       - maxSkew: 1
@@ -231,6 +234,9 @@ spec:
       - name: coredns
         image: {{.Image}}
         args: ["-conf", "/etc/coredns/Corefile"]
+        resources:
+          requests: {cpu: 100m, memory: 70Mi}
+          limits: {memory: 170Mi}
         ports:
         - {name: dns, containerPort: 53, protocol: UDP}
         - {name: dns-tcp, containerPort: 53, protocol: TCP}
@@ -239,6 +245,9 @@ spec:
           periodSeconds: 2
         livenessProbe:
           httpGet: {path: /health, port: 8080}
+          initialDelaySeconds: 60
+          timeoutSeconds: 5
+          failureThreshold: 5
         volumeMounts:
         - {name: config, mountPath: /etc/coredns, readOnly: true}
       volumes:

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,28 @@ func makeCgroupOnce(rel string, hs []string) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// nodeCPUShares is the CPU weight (cgroup v1 cpu.shares) of one real
+// node's pods: what the kubelet gives kubepods on a machine of this many
+// CPUs, 1024 per CPU, against the 1024 of a busy process. A node's cgroup
+// and its pods cgroup weigh that much, and the run's and the group's that
+// much per node of the run: with the default weight at every level, every
+// pod of every node would share the CPU time of one busy process of the
+// machine, and a loaded machine would starve them all.
+func nodeCPUShares() int { return 1024 * runtime.NumCPU() }
+
+// weighCPU sets the CPU weight of rel, which must exist, where the cpu
+// controller is mounted as cgroup v1's.
+func weighCPU(rel string, shares int) error {
+	file := filepath.Join(cgroupBase, "cpu", rel, "cpu.shares")
+	if _, err := os.Stat(filepath.Join(cgroupBase, "cpu", "cpu.shares")); err != nil {
+		return nil
+	}
+	if err := os.WriteFile(file, []byte(strconv.Itoa(shares)), 0o644); err != nil {
+		return fmt.Errorf("weighing cgroup %s: %w", filepath.Dir(file), err)
 	}
 	return nil
 }

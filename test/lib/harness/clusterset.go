@@ -252,6 +252,15 @@ func (cs *ClusterSet) startRealNodes(ctx context.Context, n int, pause images.Im
 			nodes = append(nodes, node)
 		}
 	}
+	run := runCgroup(cs.runID)
+	if err := makeCgroup(run, []string{"cpu"}); err != nil {
+		return err
+	}
+	for _, rel := range []string{"/" + cgroupGroup, run} {
+		if err := weighCPU(rel, nodeCPUShares()*len(nodes)); err != nil {
+			return err
+		}
+	}
 	return onEach(nodes, func(node *RealNode) error {
 		if err := node.start(ctx, pause); err != nil {
 			return fmt.Errorf("starting node %s: %w", node.Name, err)

@@ -117,6 +117,11 @@ func (n *RealNode) start(ctx context.Context, pause images.Image) error {
 	if err := makeCgroup(n.cgroup+"/pods", kubeletHierarchies); err != nil {
 		return err
 	}
+	for _, rel := range []string{n.cgroup, n.cgroup + "/pods"} {
+		if err := weighCPU(rel, nodeCPUShares()); err != nil {
+			return err
+		}
+	}
 	if err := n.writeConfig(pause); err != nil {
 		return err
 	}
