@@ -55,7 +55,7 @@ member already runs it, so verify pulls nothing new.`,
 		Example: `  kubectl mcs verify --broker-context BROKER
   kubectl mcs verify --broker-context BROKER --contexts east,west
   kubectl mcs verify --contexts east,west`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), g)
 		},

@@ -221,4 +221,3 @@ func (c *ClusterDNS) Restart(ctx context.Context, now time.Time) (string, error)
 	c.mu.Unlock()
 	return fmt.Sprintf("restarted the cluster DNS (Deployment %s/%s, as kubectl rollout restart does), so that its pods read the Corefile now", metav1.NamespaceSystem, c.deployment), nil
 }
-
