@@ -20,6 +20,7 @@ import (
 	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
 	"github.com/mcsd-io/mcsd/kubectlmcs/install"
 	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
+	"github.com/mcsd-io/mcsd/kubectlmcs/readiness"
 	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 )
 
@@ -285,7 +286,7 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 	if o.dns.mode == dnsAuto {
 		if o.wait && !dry {
 			// Helm or kustomize may be installing mcsd while join runs.
-			if err := w.dnsService(ctx); err != nil {
+			if err := o.timedOut(w.dnsService(ctx)); err != nil {
 				return err
 			}
 		}
@@ -314,12 +315,12 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 		return nil
 	}
 	if o.wait {
-		if err := w.rollout(ctx); err != nil {
+		if err := o.timedOut(w.rollout(ctx)); err != nil {
 			return err
 		}
 		switch {
 		case o.dns.mode == dnsAuto && clusterDNSReady(plan):
-			if err := w.clusterDNS(ctx, o.restartCoreDNS); err != nil {
+			if err := o.timedOut(w.clusterDNS(ctx, o.restartCoreDNS)); err != nil {
 				return err
 			}
 		case o.dns.mode == dnsSkip:
@@ -330,6 +331,16 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 		fmt.Fprintf(g.streams.Out, "cluster %s joined the broker as %s/%s%s\n", res.ClusterID, o.brokerNamespace, broker.ServiceAccountName(res.ClusterID), doneSuffix(o.wait, began))
 	}
 	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "join")
+}
+
+// timedOut says which flags bound a wait that ended before its stage was
+// reached.
+func (o *joinOptions) timedOut(err error) error {
+	var timeout *readiness.TimeoutError
+	if errors.As(err, &timeout) {
+		return fmt.Errorf("%w (--timeout %v; --wait=false does not wait)", err, o.timeout)
+	}
+	return err
 }
 
 // clusterDNSReady says whether join has configured CoreDNS by the plan,

@@ -218,6 +218,22 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		}
 	})
 
+	t.Run("join waits for mcsd's pods, and on timeout names the stage and what it saw", func(t *testing.T) {
+		// No kubelet runs them here: the wait ends at --timeout.
+		args := slices.DeleteFunc(slices.Clone(join), func(a string) bool { return a == "--wait=false" })
+		_, errOut, err := mcs.run(ctx, append(args, "--timeout", "30s")...)
+		const stage = "waiting until node agent rolled out: "
+		if err == nil || !strings.Contains(err.Error(), stage) || strings.HasSuffix(err.Error(), stage) {
+			t.Fatalf("join with --wait on a cluster without kubelets: %v, want it to give up at the node agents' rollout saying what it saw\n%s", err, errOut)
+		}
+		t.Log(err)
+		for _, want := range []string{"join: mcsd installed in " + install.DefaultNamespace, "join: member", "registered on the broker", "join: CoreDNS configured"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("join did not say %q:\n%s", want, errOut)
+			}
+		}
+	})
+
 	t.Run("leave takes back exactly what join added", func(t *testing.T) {
 		mcs.must(ctx, "leave", "--broker-context", "broker", "--context", c.Name)
 		if left := installedVersions(ctx, t, c); len(left) > 0 {
