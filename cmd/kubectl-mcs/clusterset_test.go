@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/netip"
 	"os"
@@ -182,7 +183,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	}{{c1, id1}, {c2, id2}} {
 		// mcsd runs in this process (the fixtures below), as a user's own
 		// tooling would install it: join does not.
-		out, errOut, err := mcs.run(ctx, "join", "--broker-context", "broker", "--context", j.c.Name, "--pod-cidrs", j.c.PodCIDR.String(), "--install=false")
+		out, errOut, err := mcs.run(ctx, "join", "--broker-context", "broker", "--context", j.c.Name, "--pod-cidrs", j.c.PodCIDR.String(), "--install=false", "--wait=false")
 		if err != nil {
 			t.Fatalf("join %s: %v\n%s", j.c.Name, err, errOut)
 		}
@@ -384,7 +385,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 			t.Errorf("broker reachable: %+v", c)
 		}
 		// Joining again restores the rights.
-		mcs.must(ctx, "join", "--broker-context", "broker", "--context", "cluster1", "--pod-cidrs", c1.PodCIDR.String(), "--install=false")
+		mcs.must(ctx, "join", "--broker-context", "broker", "--context", "cluster1", "--pod-cidrs", c1.PodCIDR.String(), "--install=false", "--wait=false")
 		eventually(ctx, t, "diagnose passes after joining again", func() bool {
 			checks, fail := mcs.diagnose(ctx, "cluster1")
 			return !fail && len(failed(checks)) == 0
@@ -494,7 +495,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		if _, err := cs.Broker.Kube.CoreV1().Namespaces().Get(ctx, record.MemberNamespace(broker.DefaultNamespace, id2), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("cluster2's namespace on the broker after it left: %v", err)
 		}
-		if _, _, err := membership.BrokerConfig(ctx, c2.Kube); err != membership.ErrNoSecret {
+		if _, _, err := membership.BrokerConfig(ctx, c2.Kube); !errors.Is(err, membership.ErrNoSecret) {
 			t.Errorf("the broker Secret of cluster2 after it left: %v", err)
 		}
 		checks, fail := mcs.diagnose(ctx, "cluster2")

@@ -21,9 +21,9 @@ import (
 	"github.com/mcsd-io/mcsd/kubectlmcs/dnsconfig"
 )
 
-// The member's DNS Service, which the cluster DNS forwards the clusterset
-// zone to.
-const mcsdNamespace, mcsdDNSService = "mcsd-system", "mcsd-dns"
+// The member's DNS Service, in mcsd's namespace, which the cluster DNS
+// forwards the clusterset zone to.
+const mcsdDNSService = "mcsd-dns"
 
 // dnsFlag is --dns: whether join and leave change the cluster DNS.
 type dnsFlag struct{ mode string }
@@ -45,10 +45,11 @@ func (d *dnsFlag) validate() error {
 }
 
 // memberDNS plans the member's DNS change for join (or leave), and applies
-// what it may unless dry. The block forwards to mcsd-dns's ClusterIP the
-// clusterset zone and the reverse zones of the broker's ranges. Without
-// mcsd-dns, join has nothing to forward to and plans nothing.
-func memberDNS(ctx context.Context, member, brokerKube kubernetes.Interface, brokerNamespace string, leave, dry bool, progress func(string, ...any)) (dnsconfig.Plan, error) {
+// what it may unless dry. The block forwards to the ClusterIP of mcsd-dns,
+// in mcsd's namespace, the clusterset zone and the reverse zones of the
+// broker's ranges. Without mcsd-dns, join has nothing to forward to and
+// plans nothing.
+func memberDNS(ctx context.Context, member, brokerKube kubernetes.Interface, brokerNamespace, mcsdNamespace string, leave, dry bool, progress func(string, ...any)) (dnsconfig.Plan, error) {
 	target := ""
 	svc, err := member.CoreV1().Services(mcsdNamespace).Get(ctx, mcsdDNSService, metav1.GetOptions{})
 	switch {
@@ -57,7 +58,7 @@ func memberDNS(ctx context.Context, member, brokerKube kubernetes.Interface, bro
 	case !apierrors.IsNotFound(err):
 		return dnsconfig.Plan{}, fmt.Errorf("reading Service %s/%s in the member: %w", mcsdNamespace, mcsdDNSService, err)
 	case !leave:
-		progress("DNS: no Service %s/%s in the member yet, nothing to forward clusterset.local to: install mcsd, then join again to configure the cluster DNS", mcsdNamespace, mcsdDNSService)
+		progress("DNS: no Service %s/%s in the member yet, nothing to forward clusterset.local to: install mcsd (in --namespace), then join again, or join with --wait, which waits for it", mcsdNamespace, mcsdDNSService)
 		return dnsconfig.Plan{}, nil
 	}
 	var ranges []netip.Prefix

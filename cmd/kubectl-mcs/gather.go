@@ -23,7 +23,7 @@ func newGatherCmd(g *globals) *cobra.Command {
 		Short: "Collect a member's MCS objects, mcsd's logs and its broker records into a tar.gz",
 		Long: `Collect, for a report about the member cluster of --context, a tar.gz of:
 its ServiceExports, ServiceImports, MCS EndpointSlices, ClusterProperties and
-MCS CRDs; mcsd's DaemonSet and Deployment, pods, Services, Leases, ConfigMaps and events,
+MCS CRDs; mcsd's (in --namespace) DaemonSet and Deployment, pods, Services, Leases, ConfigMaps and events,
 and the logs of its pods; CoreDNS's ConfigMap; and, read with the member's
 own broker credentials, this cluster's records on the broker (export
 records, EndpointSlices, Lease, claims, declaration) and the clusterset's
@@ -42,6 +42,9 @@ errors.txt inside the archive.`,
 			if err != nil {
 				return err
 			}
+			if o.namespace == "" {
+				o.namespace = g.mcsdNamespace()
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
 			names, err := gather.Write(ctx, f, cfg, gather.Options{ClusterID: o.clusterID, Namespace: o.namespace, BrokerNamespace: o.brokerNS, LogLines: o.lines})
@@ -58,7 +61,8 @@ errors.txt inside the archive.`,
 	f := cmd.Flags()
 	f.StringVar(&o.output, "output", "", "the archive to write (default mcsd-gather-<time>.tar.gz)")
 	f.StringVar(&o.clusterID, "cluster-id", "", "the member's cluster ID (default: resolved as mcsd does)")
-	f.StringVar(&o.namespace, "mcsd-namespace", "mcsd-system", "the namespace mcsd runs in")
+	f.StringVar(&o.namespace, "mcsd-namespace", "", "the namespace mcsd runs in")
+	_ = f.MarkDeprecated("mcsd-namespace", "use --namespace")
 	f.StringVar(&o.brokerNS, "broker-namespace", "", "the broker namespace (default: that of the member's broker kubeconfig)")
 	f.Int64Var(&o.lines, "log-lines", 2000, "the last lines of each mcsd container's log to keep")
 	return cmd

@@ -115,7 +115,8 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		}
 		return cm.Data[dnsconfig.CorefileKey]
 	}
-	join := []string{"join", "--broker-context", "broker", "--context", c.Name, "--pod-cidrs", c.PodCIDR.String()}
+	// No kubelet runs the pods here: join does not wait for them.
+	join := []string{"join", "--broker-context", "broker", "--context", c.Name, "--pod-cidrs", c.PodCIDR.String(), "--image", "registry.example/mcsd:test", "--wait=false"}
 	brokerNamespaces := func() []string {
 		nss := []string{broker.DefaultNamespace}
 		list, _ := cs.Broker.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -127,7 +128,7 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		return nss
 	}
 	snapshot := func() (map[string]string, map[string]string) {
-		member := objectVersions(ctx, t, c.Kube, metav1.NamespaceSystem, mcsdNamespace)
+		member := objectVersions(ctx, t, c.Kube, metav1.NamespaceSystem, install.DefaultNamespace)
 		maps.Copy(member, installedVersions(ctx, t, c))
 		return member, objectVersions(ctx, t, cs.Broker.Kube, brokerNamespaces()...)
 	}
@@ -140,11 +141,29 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		return cur.Spec.ClusterIP
 	}
 
+	t.Run("an image that cannot exist is refused before anything is written", func(t *testing.T) {
+		memberBefore, brokerBefore := snapshot()
+		for _, image := range []string{"", install.DevelopmentImage} {
+			args := slices.DeleteFunc(slices.Clone(join), func(a string) bool { return a == "--image" || a == "registry.example/mcsd:test" })
+			if image != "" {
+				args = append(args, "--image", image)
+			}
+			_, _, err := mcs.run(ctx, args...)
+			if err == nil || !strings.Contains(err.Error(), "--image") {
+				t.Fatalf("join with image %q on a development build: %v, want a refusal naming --image", image, err)
+			}
+		}
+		memberAfter, brokerAfter := snapshot()
+		if d := append(changed(memberBefore, memberAfter), changed(brokerBefore, brokerAfter)...); len(d) > 0 {
+			t.Fatalf("a refused join changed %q", d)
+		}
+	})
+
 	t.Run("--dry-run=client -o yaml prints mcsd, the Secret and the DNS change, and changes nothing", func(t *testing.T) {
 		memberBefore, brokerBefore := snapshot()
 		out := mcs.must(ctx, append(join, "--dry-run=client", "-o", "yaml")...)
 		docs := strings.Split(out, "\n---\n")
-		shipped, err := install.Shipped()
+		shipped, err := install.Shipped(install.DefaultNamespace)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,6 +215,22 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 		}
 		if !strings.Contains(errOut, "DNS: nothing to change") || !strings.Contains(errOut, "mcsd: nothing to change") {
 			t.Errorf("join again said:\n%s", errOut)
+		}
+	})
+
+	t.Run("join waits for mcsd's pods, and on timeout names the stage and what it saw", func(t *testing.T) {
+		// No kubelet runs them here: the wait ends at --timeout.
+		args := slices.DeleteFunc(slices.Clone(join), func(a string) bool { return a == "--wait=false" })
+		_, errOut, err := mcs.run(ctx, append(args, "--timeout", "30s")...)
+		const stage = "waiting until node agent rolled out: "
+		if err == nil || !strings.Contains(err.Error(), stage) || strings.HasSuffix(err.Error(), stage) {
+			t.Fatalf("join with --wait on a cluster without kubelets: %v, want it to give up at the node agents' rollout saying what it saw\n%s", err, errOut)
+		}
+		t.Log(err)
+		for _, want := range []string{"join: mcsd installed in " + install.DefaultNamespace, "join: member", "registered on the broker", "join: CoreDNS configured"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("join did not say %q:\n%s", want, errOut)
+			}
 		}
 	})
 
@@ -261,7 +296,7 @@ func TestJoinConfiguresTheMembersDNSOnceAndLeaveTakesItBack(t *testing.T) {
 // manifests/mcsd that join applied in c.
 func installedVersions(ctx context.Context, t *testing.T, c *harness.Cluster) map[string]string {
 	t.Helper()
-	shipped, err := install.Shipped()
+	shipped, err := install.Shipped(install.DefaultNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}

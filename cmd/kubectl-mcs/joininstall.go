@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,13 +17,15 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/internal/ipfamilies"
+	"github.com/mcsd-io/mcsd/internal/version"
 	"github.com/mcsd-io/mcsd/kubectlmcs/install"
 	"github.com/mcsd-io/mcsd/kubectlmcs/membership"
 	"github.com/mcsd-io/mcsd/kubectlmcs/status"
 )
 
-// memberPodCIDRs are --pod-cidrs, else the member's nodes' pod ranges.
-func (o *joinOptions) memberPodCIDRs(ctx context.Context, member kubernetes.Interface) ([]netip.Prefix, error) {
+// memberPodCIDRs are --pod-cidrs, else the values' podCIDRs, else the
+// member's nodes' pod ranges.
+func (o *joinOptions) memberPodCIDRs(ctx context.Context, member kubernetes.Interface, values map[string]any) ([]netip.Prefix, error) {
 	cidrs, err := parsePrefixes(o.podCIDRs)
 	if err != nil {
 		return nil, fmt.Errorf("--pod-cidrs: %w", err)
@@ -29,47 +33,101 @@ func (o *joinOptions) memberPodCIDRs(ctx context.Context, member kubernetes.Inte
 	if len(cidrs) > 0 {
 		return cidrs, nil
 	}
+	if given, ok := values["podCIDRs"].([]any); ok && len(given) > 0 {
+		s := make([]string, len(given))
+		for i, c := range given {
+			s[i] = fmt.Sprint(c)
+		}
+		if cidrs, err = parsePrefixes(strings.Join(s, ",")); err != nil {
+			return nil, fmt.Errorf("the value podCIDRs: %w", err)
+		}
+		return cidrs, nil
+	}
 	return install.NodePodCIDRs(ctx, member)
 }
 
-// mcsdObjects are manifests/mcsd rendered for the member: its cluster ID
-// (as join resolves it), pod CIDRs, IP families (its ServiceCIDR's, as mcsd
-// detects them; the operator's machine's kernel does not matter), image,
-// and the broker's clusterset ranges.
-func (o *joinOptions) mcsdObjects(ctx context.Context, memberCfg *rest.Config, brokerKube kubernetes.Interface, podCIDRs []netip.Prefix) ([]*unstructured.Unstructured, error) {
+// clusterIDOr is --cluster-id, else the values' clusterID: the ID join
+// declares must be the one mcsd runs with.
+func (o *joinOptions) clusterIDOr(values map[string]any) string {
+	if o.clusterID != "" {
+		return o.clusterID
+	}
+	id, _ := values["clusterID"].(string)
+	return id
+}
+
+// mcsdObjects are the chart rendered for the member: its cluster ID (as
+// join resolves it), pod CIDRs, IP families (its ServiceCIDR's, as mcsd
+// detects them, unless the values say; the operator's machine's kernel
+// does not matter), image, and the broker's clusterset ranges, over the
+// operator's values. An image that cannot exist is refused here, before
+// join writes anything.
+func (o *joinOptions) mcsdObjects(ctx context.Context, memberCfg *rest.Config, brokerKube kubernetes.Interface, podCIDRs []netip.Prefix, namespace string, values map[string]any, progress func(string, ...any)) ([]*unstructured.Unstructured, error) {
 	member, err := status.NewClients(memberCfg)
 	if err != nil {
 		return nil, err
 	}
-	id, _, err := membership.ResolveClusterID(ctx, member.Kube, member.Dynamic, o.clusterID)
+	id, _, err := membership.ResolveClusterID(ctx, member.Kube, member.Dynamic, o.clusterIDOr(values))
 	if err != nil {
 		return nil, err
 	}
-	families, err := ipfamilies.Served(ctx, member.Kube, func() bool { return true })
+	families, err := valueFamilies(values)
 	if err != nil {
-		return nil, fmt.Errorf("the member's IP families: %w", err)
+		return nil, err
+	}
+	if len(families) == 0 {
+		if families, err = ipfamilies.Served(ctx, member.Kube, func() bool { return true }); err != nil {
+			return nil, fmt.Errorf("the member's IP families (or give them: --set ipFamilies={IPv4}): %w", err)
+		}
 	}
 	settings, err := broker.ReadSettings(ctx, brokerKube, o.brokerNamespace)
 	if err != nil {
 		return nil, err
 	}
-	image := o.image
-	if image == "" {
-		image = install.DefaultImage()
+	image, fromDefault := o.image, false
+	if image == "" && install.ImageOf(values) == "" {
+		image, fromDefault = install.DefaultImage(), true
 	}
-	return install.Objects(install.Settings{
+	objs, err := install.Objects(install.Settings{
+		Namespace:       namespace,
 		ClusterID:       id,
 		PodCIDRs:        podCIDRs,
 		IPFamilies:      families,
 		ClusterSetCIDRs: settings.Ranges().CIDRs,
 		Image:           image,
+		Values:          values,
 	})
+	if err != nil {
+		return nil, err
+	}
+	for _, img := range install.Images(objs) {
+		if err := install.CheckImage(img, fromDefault, version.Get().Version); err != nil {
+			return nil, err
+		}
+		progress("mcsd's image: %s", img)
+	}
+	return objs, nil
 }
 
-// installMCSD puts mcsd in the member, CRDs first, and returns what it
-// applies for -o. A dry run applies nothing and returns the CRDs the
-// member lacks and the objects.
-func (o *joinOptions) installMCSD(ctx context.Context, memberCfg *rest.Config, brokerKube kubernetes.Interface, podCIDRs []netip.Prefix, dry bool, progress func(string, ...any)) ([]runtime.Object, error) {
+// valueFamilies are the IP families the values name, if any.
+func valueFamilies(values map[string]any) ([]corev1.IPFamily, error) {
+	given, _ := values["ipFamilies"].([]any)
+	var out []corev1.IPFamily
+	for _, f := range given {
+		switch fam := corev1.IPFamily(fmt.Sprint(f)); fam {
+		case corev1.IPv4Protocol, corev1.IPv6Protocol:
+			out = append(out, fam)
+		default:
+			return nil, fmt.Errorf("the value ipFamilies: %q is neither %s nor %s", f, corev1.IPv4Protocol, corev1.IPv6Protocol)
+		}
+	}
+	return out, nil
+}
+
+// installMCSD puts mcsd's objects in the member, CRDs first, and returns
+// what it applies for -o. A dry run applies nothing and returns the CRDs
+// the member lacks and the objects.
+func (o *joinOptions) installMCSD(ctx context.Context, memberCfg *rest.Config, objs []*unstructured.Unstructured, dry bool, progress func(string, ...any)) ([]runtime.Object, error) {
 	var out []runtime.Object
 	if dry {
 		absent, err := absentCRDs(ctx, memberCfg)
@@ -85,13 +143,6 @@ func (o *joinOptions) installMCSD(ctx context.Context, memberCfg *rest.Config, b
 		for _, name := range created {
 			progress("created CRD %s", name)
 		}
-	}
-	objs, err := o.mcsdObjects(ctx, memberCfg, brokerKube, podCIDRs)
-	if err != nil && dry && apierrors.IsNotFound(err) {
-		return out, fmt.Errorf("%w (a dry run does not create the CRDs)", err)
-	}
-	if err != nil {
-		return nil, err
 	}
 	for _, obj := range objs {
 		out = append(out, obj)
@@ -138,14 +189,14 @@ func absentCRDs(ctx context.Context, cfg *rest.Config) ([]runtime.Object, error)
 	return out, nil
 }
 
-// uninstallMCSD removes the mcsd objects join applied in the member, the
-// namespace last. It keeps the CRDs: deleting them deletes every
+// uninstallMCSD removes the mcsd objects join applied in the member, in
+// namespace (mcsd's), the namespace last. It keeps the CRDs: deleting them deletes every
 // ServiceExport, ServiceImport and ClusterProperty of the cluster, and
 // where the cluster is the broker too, every member's records; remove them
 // by hand (kubectl delete -k manifests/crds) once no cluster of the
 // clusterset uses them.
-func uninstallMCSD(ctx context.Context, memberCfg *rest.Config, progress func(string, ...any)) error {
-	objs, err := install.Shipped()
+func uninstallMCSD(ctx context.Context, memberCfg *rest.Config, namespace string, progress func(string, ...any)) error {
+	objs, err := install.Shipped(namespace)
 	if err != nil {
 		return err
 	}

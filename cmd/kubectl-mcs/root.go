@@ -11,11 +11,15 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/mcsd-io/mcsd/kubectlmcs/install"
 )
 
 // globals are the flags every command shares: kubectl's own (--kubeconfig,
-// --context, --namespace, ...) and the broker's context.
+// --context, ...), --namespace (mcsd's, in the member) and the broker's
+// context.
 type globals struct {
 	streams genericiooptions.IOStreams
 	flags   *genericclioptions.ConfigFlags
@@ -33,9 +37,11 @@ func newRoot(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl mcs operates an mcsd clusterset (Kubernetes Multi-Cluster Services).
 
 The member cluster is the one of --context (kubectl's current context by
-default); the broker is reached with --broker-context, an administrator's
-context of the broker cluster, or, where it is enough, with the member's own
-broker credentials (the Secret mcsd-system/mcsd-broker that join writes).`,
+default), where mcsd runs in --namespace (mcsd-system by default, whatever
+namespace the kubeconfig's context names); the broker is reached with
+--broker-context, an administrator's context of the broker cluster, or,
+where it is enough, with the member's own broker credentials (the Secret
+mcsd-broker that join writes in mcsd's namespace).`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl mcs"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -44,9 +50,22 @@ broker credentials (the Secret mcsd-system/mcsd-broker that join writes).`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	g.flags.AddFlags(root.PersistentFlags())
+	// kubectl's --namespace is mcsd's here: every command finds mcsd's
+	// objects there, in the member.
+	ns := root.PersistentFlags().Lookup("namespace")
+	ns.Usage = "the namespace mcsd runs in, in the member (default " + install.DefaultNamespace + ")"
 	root.PersistentFlags().StringVar(&g.brokerContext, "broker-context", "", "kubeconfig context of the broker cluster, as its administrator")
 	root.AddCommand(newBrokerCmd(g), newJoinCmd(g), newLeaveCmd(g), newStatusCmd(g), newDiagnoseCmd(g), newGatherCmd(g), newVersionCmd(g), newVerifyCmd(g))
 	return root
+}
+
+// mcsdNamespace is --namespace, else install.DefaultNamespace: never the
+// namespace of the kubeconfig's context, which is the user's, not mcsd's.
+func (g *globals) mcsdNamespace() string {
+	if g.flags.Namespace != nil && *g.flags.Namespace != "" {
+		return *g.flags.Namespace
+	}
+	return install.DefaultNamespace
 }
 
 // memberConfig is the configuration of the member cluster: --context, or
@@ -71,14 +90,29 @@ func (g *globals) brokerConfig() (*rest.Config, error) {
 	return g.contextConfig(g.brokerContext)
 }
 
-// contextConfig loads the named context from the kubeconfig kubectl would
-// use (--kubeconfig, else $KUBECONFIG, else ~/.kube/config).
-func (g *globals) contextConfig(name string) (*rest.Config, error) {
+// kubeconfigRules are the loading rules kubectl would use (--kubeconfig,
+// else $KUBECONFIG, else ~/.kube/config).
+func (g *globals) kubeconfigRules() *clientcmd.ClientConfigLoadingRules {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if g.flags.KubeConfig != nil && *g.flags.KubeConfig != "" {
 		rules.ExplicitPath = *g.flags.KubeConfig
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: name}).ClientConfig()
+	return rules
+}
+
+// rawKubeconfig is the kubeconfig kubectl would use, merged.
+func (g *globals) rawKubeconfig() (*clientcmdapi.Config, error) {
+	raw, err := g.kubeconfigRules().Load()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	return raw, nil
+}
+
+// contextConfig loads the named context from the kubeconfig kubectl would
+// use (--kubeconfig, else $KUBECONFIG, else ~/.kube/config).
+func (g *globals) contextConfig(name string) (*rest.Config, error) {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(g.kubeconfigRules(), &clientcmd.ConfigOverrides{CurrentContext: name}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("context %s: %w", name, err)
 	}

@@ -43,7 +43,7 @@ func (b *brokerFlags) snapshot(ctx context.Context, g *globals) (*status.Snapsho
 			return nil, err
 		}
 		var secretNS string
-		if cfg, secretNS, err = membership.BrokerConfig(ctx, kube); err != nil {
+		if cfg, secretNS, err = membership.BrokerConfigIn(ctx, kube, g.mcsdNamespace()); err != nil {
 			return nil, fmt.Errorf("%w; or give --broker-context", err)
 		}
 		cfg = tune(cfg)
@@ -96,11 +96,14 @@ as mcsd merges them), its declared pod CIDRs, its ClusterSetIP blocks and
 the version of the mcsd that renews its Lease.
 
 The broker is read with --broker-context, else with the member's own broker
-credentials (the Secret mcsd-system/mcsd-broker of --context).`,
+credentials (the Secret mcsd-broker in --namespace of --context).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.out.validate(); err != nil {
 				return err
+			}
+			if o.mcsdNamespace == "" {
+				o.mcsdNamespace = g.mcsdNamespace()
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
@@ -125,7 +128,8 @@ credentials (the Secret mcsd-system/mcsd-broker of --context).`,
 	}
 	o.out.add(cmd)
 	o.broker.add(cmd)
-	cmd.Flags().StringVar(&o.mcsdNamespace, "mcsd-namespace", liveness.DefaultNamespace, "the namespace mcsd runs in, in the member (its liveness ConfigMap is there)")
+	cmd.Flags().StringVar(&o.mcsdNamespace, "mcsd-namespace", "", "the namespace mcsd runs in, in the member")
+	_ = cmd.Flags().MarkDeprecated("mcsd-namespace", "use --namespace")
 	cmd.Flags().DurationVar(&o.deprecatedTTL, "cluster-ttl", liveness.DefaultTTL, "ignored")
 	_ = cmd.Flags().MarkDeprecated("cluster-ttl", "a cluster's state is the one the member publishes, judged with its mcsd's --cluster-ttl")
 	cmd.AddCommand(newStatusServiceCmd(g))

@@ -41,7 +41,7 @@ are beyond the supported skew: a warning says which, and the README's
 "Upgrades" says in what order to upgrade.
 
 The broker is read with --broker-context, else with the member's own broker
-credentials (the Secret mcsd-system/mcsd-broker of --context).`, version.SupportedMinorSkew),
+credentials (the Secret mcsd-broker in --namespace of --context).`, version.SupportedMinorSkew),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.validate(); err != nil {

@@ -101,7 +101,7 @@ func Write(ctx context.Context, w io.Writer, member *rest.Config, opts Options) 
 	a.liveness, err = status.ReadLiveness(ctx, kube, ns)
 	a.fail("liveness", err)
 
-	brokerCfg, secretNS, err := membership.BrokerConfig(ctx, kube)
+	brokerCfg, secretNS, err := membership.BrokerConfigIn(ctx, kube, opts.Namespace)
 	a.fail("broker credentials", err)
 	if err == nil && id != "" {
 		bns := opts.BrokerNamespace

@@ -2,7 +2,7 @@
 // it resolves the member's cluster ID as mcsd does, creates the member's
 // declaration and broker identity with broker.AddMember, and hands the
 // member a kubeconfig of that identity in the Secret mcsd reads
-// (--broker-secret=mcsd-system/mcsd-broker); Leave undoes it. It also
+// (--broker-secret=<mcsd's namespace>/mcsd-broker); Leave undoes it. It also
 // reads that Secret back, for tools that talk to the broker as the member.
 package membership
 
@@ -32,7 +32,8 @@ import (
 )
 
 // The Secret in the member cluster that holds the member's broker
-// kubeconfig, as the controller's --broker-secret names it.
+// kubeconfig, as the controller's --broker-secret names it: SecretName in
+// mcsd's namespace, SecretNamespace unless mcsd runs in another.
 const (
 	SecretNamespace = "mcsd-system"
 	SecretName      = "mcsd-broker"
@@ -121,6 +122,9 @@ type Options struct {
 	// NoSecret leaves the member cluster untouched: the kubeconfig is only
 	// returned.
 	NoSecret bool
+	// Namespace is mcsd's namespace in the member, where the Secret goes
+	// (default SecretNamespace).
+	Namespace string
 	// Progress, when set, is told what Join does, as it does it.
 	Progress func(format string, args ...any)
 }
@@ -141,8 +145,8 @@ type Result struct {
 // configuration of the broker, where broker.Install has run): it declares
 // the member's pod CIDRs and creates its identity with broker.AddMember,
 // builds a kubeconfig of that identity, and stores it in the member as the
-// Secret mcsd-system/mcsd-broker. Joining again replaces the declaration
-// and the Secret.
+// Secret mcsd-broker of mcsd's namespace. Joining again replaces the
+// declaration and the Secret.
 func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (Result, error) {
 	opts = opts.withDefaults(brokerAdmin)
 	progress := opts.Progress
@@ -189,10 +193,10 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 	if opts.NoSecret {
 		return res, nil
 	}
-	if err := WriteSecret(ctx, memberKube, res.Kubeconfig); err != nil {
+	if err := WriteSecret(ctx, memberKube, opts.Namespace, res.Kubeconfig); err != nil {
 		return res, err
 	}
-	res.Secret = SecretNamespace + "/" + SecretName
+	res.Secret = opts.Namespace + "/" + SecretName
 	progress("wrote Secret %s in the member", res.Secret)
 	return res, nil
 }
@@ -224,7 +228,7 @@ func Preview(ctx context.Context, brokerAdmin, member *rest.Config, opts Options
 		}
 	}
 	if !opts.NoSecret {
-		res.Secret = SecretNamespace + "/" + SecretName
+		res.Secret = opts.Namespace + "/" + SecretName
 	}
 	res.Kubeconfig, err = Kubeconfig(opts.BrokerServer, ca, broker.ServiceAccountName(id), token, opts.BrokerNamespace)
 	return res, err
@@ -240,6 +244,9 @@ func (opts Options) withDefaults(brokerAdmin *rest.Config) Options {
 	}
 	if opts.BrokerServer == "" {
 		opts.BrokerServer = brokerAdmin.Host
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = SecretNamespace
 	}
 	return opts
 }
@@ -293,27 +300,27 @@ func Kubeconfig(server string, ca []byte, account, token, namespace string) ([]b
 	return clientcmd.Write(*kc)
 }
 
-// Secret is the member's Secret mcsd-system/mcsd-broker holding
+// Secret is the member's Secret mcsd-broker of namespace, mcsd's, holding
 // kubeconfig, as WriteSecret writes it.
-func Secret(kubeconfig []byte) *corev1.Secret {
+func Secret(namespace string, kubeconfig []byte) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: SecretNamespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/name": "mcsd"}},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{SecretKey: kubeconfig},
 	}
 }
 
-// WriteSecret creates or replaces the member's Secret
-// mcsd-system/mcsd-broker with kubeconfig, creating the namespace if
-// needed; a Secret that already holds it is left alone.
-func WriteSecret(ctx context.Context, kube kubernetes.Interface, kubeconfig []byte) error {
-	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SecretNamespace}}, metav1.CreateOptions{})
+// WriteSecret creates or replaces the member's Secret mcsd-broker of
+// namespace with kubeconfig, creating the namespace if needed; a Secret
+// that already holds it is left alone.
+func WriteSecret(ctx context.Context, kube kubernetes.Interface, namespace string, kubeconfig []byte) error {
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s in the member: %w", SecretNamespace, err)
+		return fmt.Errorf("creating namespace %s in the member: %w", namespace, err)
 	}
-	secrets := kube.CoreV1().Secrets(SecretNamespace)
-	want := Secret(kubeconfig)
+	secrets := kube.CoreV1().Secrets(namespace)
+	want := Secret(namespace, kubeconfig)
 	_, err = secrets.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *corev1.Secret
@@ -323,37 +330,44 @@ func WriteSecret(ctx context.Context, kube kubernetes.Interface, kubeconfig []by
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("writing Secret %s/%s in the member: %w", SecretNamespace, SecretName, err)
+		return fmt.Errorf("writing Secret %s/%s in the member: %w", namespace, SecretName, err)
 	}
 	return nil
 }
 
 // ErrNoSecret is returned by BrokerConfig when the member has no broker
 // Secret.
-var ErrNoSecret = errors.New("no broker Secret " + SecretNamespace + "/" + SecretName + " in the member (join it first)")
+var ErrNoSecret = errors.New("no broker Secret " + SecretName + " in the member (join it first)")
 
-// BrokerConfig reads the member's broker kubeconfig from its Secret and
-// returns the configuration of the member's broker identity and the
-// namespace of its context (the broker namespace, "" when unset).
+// BrokerConfig is BrokerConfigIn of SecretNamespace.
 func BrokerConfig(ctx context.Context, memberKube kubernetes.Interface) (*rest.Config, string, error) {
-	s, err := memberKube.CoreV1().Secrets(SecretNamespace).Get(ctx, SecretName, metav1.GetOptions{})
+	return BrokerConfigIn(ctx, memberKube, SecretNamespace)
+}
+
+// BrokerConfigIn reads the member's broker kubeconfig from its Secret in
+// namespace, mcsd's, and returns the configuration of the member's broker
+// identity and the namespace of its context (the broker namespace, ""
+// when unset).
+func BrokerConfigIn(ctx context.Context, memberKube kubernetes.Interface, namespace string) (*rest.Config, string, error) {
+	name := namespace + "/" + SecretName
+	s, err := memberKube.CoreV1().Secrets(namespace).Get(ctx, SecretName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, "", ErrNoSecret
+		return nil, "", fmt.Errorf("%s: %w", name, ErrNoSecret)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("reading the member's broker Secret %s/%s: %w", SecretNamespace, SecretName, err)
+		return nil, "", fmt.Errorf("reading the member's broker Secret %s: %w", name, err)
 	}
 	data := s.Data[SecretKey]
 	if len(data) == 0 {
-		return nil, "", fmt.Errorf("the member's broker Secret %s/%s has no key %q", SecretNamespace, SecretName, SecretKey)
+		return nil, "", fmt.Errorf("the member's broker Secret %s has no key %q", name, SecretKey)
 	}
 	cc, err := clientcmd.NewClientConfigFromBytes(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("the member's broker Secret %s/%s: %w", SecretNamespace, SecretName, err)
+		return nil, "", fmt.Errorf("the member's broker Secret %s: %w", name, err)
 	}
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("the member's broker Secret %s/%s: %w", SecretNamespace, SecretName, err)
+		return nil, "", fmt.Errorf("the member's broker Secret %s: %w", name, err)
 	}
 	ns, _, _ := cc.Namespace()
 	raw, _ := cc.RawConfig()
@@ -367,8 +381,9 @@ func BrokerConfig(ctx context.Context, memberKube kubernetes.Interface) (*rest.C
 // declaration and the identity it owns, its namespace with its records,
 // EndpointSlices and Lease, its ClusterSetIP claims; it waits until nothing
 // of the member is left on the broker and otherwise says what is. With
-// memberKube not nil it also deletes the member's broker Secret.
-func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.Interface, namespace, id string, progress func(string, ...any)) error {
+// memberKube not nil it also deletes the member's broker Secret, in
+// mcsdNamespace.
+func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.Interface, mcsdNamespace, namespace, id string, progress func(string, ...any)) error {
 	brk, err := status.NewClients(brokerAdmin)
 	if err != nil {
 		return err
@@ -384,11 +399,14 @@ func Leave(ctx context.Context, brokerAdmin *rest.Config, memberKube kubernetes.
 		return err
 	}
 	if memberKube != nil {
-		err := memberKube.CoreV1().Secrets(SecretNamespace).Delete(ctx, SecretName, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting Secret %s/%s in the member: %w", SecretNamespace, SecretName, err)
+		if mcsdNamespace == "" {
+			mcsdNamespace = SecretNamespace
 		}
-		progress("deleted Secret %s/%s in the member", SecretNamespace, SecretName)
+		err := memberKube.CoreV1().Secrets(mcsdNamespace).Delete(ctx, SecretName, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Secret %s/%s in the member: %w", mcsdNamespace, SecretName, err)
+		}
+		progress("deleted Secret %s/%s in the member", mcsdNamespace, SecretName)
 	}
 	return nil
 }

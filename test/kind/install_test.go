@@ -97,10 +97,11 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		run("kubectl", "--context", c.Name, "apply", "-k", "manifests/crds")
 		run("kubectl", "--context", c.Name, "apply", "-k", "manifests/mcsd")
 		// The kustomize path: mcsd installed above, not by join. The harness
-		// clusters run no cluster DNS for join to configure.
+		// clusters run no cluster DNS for join to configure, and no kubelet
+		// for join to wait for mcsd's pods.
 		out := run("hack/broker-join.sh", "--broker-context", cs.Broker.Name, "--member-context", c.Name,
 			"--pod-cidrs", c.PodCIDR.String(), "--broker-server", cs.Broker.Server(), "--broker-kubeconfig-file", filepath.Join(cs.Dir, c.Name+".broker.kubeconfig"),
-			"--dns=skip", "--install=false")
+			"--dns=skip", "--install=false", "--wait=false")
 		t.Logf("%s: %s", c.Name, out)
 		ns, err := c.Kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
 		if err != nil {

@@ -3,17 +3,21 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"text/template"
 	"time"
 
+	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/mcsd-io/mcsd/kubectlmcs/readiness"
 	"github.com/mcsd-io/mcsd/test/lib/images"
 )
 
@@ -47,20 +51,128 @@ func (w *world) installBrokerWith(ctx context.Context, binDir string) error {
 // installMCSD joins a member as the README says, with nothing else: kubectl
 // mcs join installs the CRDs and mcsd of img for the member, declares it
 // on the broker with the broker's address as the member's nodes reach it,
-// stores its broker credentials and points its CoreDNS at mcsd-dns. Then
-// it waits until the DaemonSet and the Deployment have rolled out. Joining
-// again with another image is the rolling update.
+// stores its broker credentials, points its CoreDNS at mcsd-dns and waits
+// until mcsd has rolled out and every CoreDNS pod answers. Then it checks
+// that the DaemonSet and the Deployment have rolled out img. Joining again
+// with another image is the rolling update.
 func (w *world) installMCSD(ctx context.Context, m *member, img images.Image) error {
 	return w.joinWith(ctx, w.binDir, m, img)
 }
 
 // joinWith is installMCSD with the kubectl-mcs of binDir.
 func (w *world) joinWith(ctx context.Context, binDir string, m *member, img images.Image) error {
-	if _, err := w.kubectlWith(ctx, binDir, "", "mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
-		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref); err != nil {
+	if _, err := w.kubectlWith(ctx, binDir, "", w.joinArgs(m, img)...); err != nil {
 		return err
 	}
 	return w.awaitRollout(ctx, m, img.Ref)
+}
+
+// joinArgs are the README's kubectl mcs join of m with img.
+func (w *world) joinArgs(m *member, img images.Image) []string {
+	return []string{"mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
+		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref}
+}
+
+// joinWatched is installMCSD while every CoreDNS pod of m is asked, each
+// directly from its node, whether it answers for clusterset.local: join
+// must return only once they all do. It logs how long join took and when
+// the pods first all answered, both from when join began.
+func (w *world) joinWatched(ctx context.Context, t *testing.T, m *member, img images.Image, args ...string) error {
+	watch := watchClusterDNS(ctx, m)
+	began := time.Now()
+	out, err := w.kubectl(ctx, "", args...)
+	took := time.Since(began)
+	answered := watch.stop().Sub(began)
+	if err != nil {
+		return err
+	}
+	if err := clusterDNSAnswers(ctx, m); err != nil {
+		return fmt.Errorf("%s: kubectl mcs join returned %v after it began, but not every CoreDNS pod answers for clusterset.local: %w\n%s", m.Name, took.Round(10*time.Millisecond), err, out)
+	}
+	t.Logf("%s: kubectl mcs join said:\n%s", m.Name, out)
+	t.Logf("figure: %s: kubectl mcs join returned %v after it began; every CoreDNS pod answered for clusterset.local %v after it began (asked every 200 ms)",
+		m.Name, took.Round(10*time.Millisecond), answered.Round(10*time.Millisecond))
+	if answered < 0 || answered > took {
+		return fmt.Errorf("%s: join returned %v after it began, but the CoreDNS pods first all answered at %v", m.Name, took, answered)
+	}
+	return w.awaitRollout(ctx, m, img.Ref)
+}
+
+// dnsWatch records when every CoreDNS pod of a member first answered for
+// clusterset.local.
+type dnsWatch struct {
+	cancel context.CancelFunc
+	done   chan time.Time
+}
+
+// watchClusterDNS asks every CoreDNS pod of m every 200 ms until stopped.
+func watchClusterDNS(ctx context.Context, m *member) *dnsWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	d := &dnsWatch{cancel: cancel, done: make(chan time.Time, 1)}
+	go func() {
+		var first time.Time
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if first.IsZero() && clusterDNSAnswers(ctx, m) == nil {
+				first = time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				d.done <- first
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return d
+}
+
+// stop ends the watch and returns when the pods first all answered (zero:
+// never).
+func (d *dnsWatch) stop() time.Time {
+	d.cancel()
+	return <-d.done
+}
+
+// clusterDNSAnswers asks every CoreDNS pod of m, from the network
+// namespace of its node, over UDP, what kubectl mcs join asks it (the
+// clusterset zone's schema version, which only mcsd answers), and says
+// which did not answer.
+func clusterDNSAnswers(ctx context.Context, m *member) error {
+	pods, err := m.Kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		return err
+	}
+	asked := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		asked++
+		node, err := m.RealNode(p.Spec.NodeName)
+		if err != nil || p.Status.PodIP == "" {
+			return fmt.Errorf("pod %s: not running (%s)", p.Name, p.Status.Phase)
+		}
+		q := new(dns.Msg)
+		q.SetQuestion(readiness.Question, dns.TypeTXT)
+		var answer *dns.Msg
+		err = node.NS.Do(func() error {
+			var err error
+			answer, _, err = (&dns.Client{Net: "udp", Timeout: time.Second}).Exchange(q, net.JoinHostPort(p.Status.PodIP, "53"))
+			return err
+		})
+		if err == nil {
+			err = readiness.Answered(answer)
+		}
+		if err != nil {
+			return fmt.Errorf("pod %s at %s: %w", p.Name, p.Status.PodIP, err)
+		}
+	}
+	if asked == 0 {
+		return fmt.Errorf("no CoreDNS pod")
+	}
+	return nil
 }
 
 // crashLoop is how often an mcsd container may restart before a rollout

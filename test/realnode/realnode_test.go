@@ -17,6 +17,7 @@ func TestRealNodes(t *testing.T) {
 		{"diagnose", testDiagnose},
 		{"gather", testGather},
 		{"verify", testVerify},
+		{"join without install, mcsd installed by Helm in another namespace", testJoinWithoutInstall},
 		{"mcsd killed on a node", testMCSDPodKilled},
 		{"leader failover", testLeaderFailover},
 		{"rolling update", testRollingUpdate},

@@ -3,9 +3,10 @@
 // their identities, admission policy, probes and in-cluster configuration,
 // leader election between the controller's pods, the mcsd-dns Service and
 // the CoreDNS snippet, installed as the README says (kubectl mcs broker
-// install, kubectl mcs join, kubectl apply -k of manifests/crds and then
-// manifests/mcsd with only a kustomize image override and the pod CIDRs), on two member clusters of
-// two real nodes each (test/lib/harness RealNodes: kubelet, containerd and
+// install, then kubectl mcs join per member, which installs the chart and
+// waits until CoreDNS answers; Helm's path with join --install=false in
+// another namespace is tested too), on two member clusters of two real
+// nodes each (test/lib/harness RealNodes: kubelet, containerd and
 // kube-proxy per node). Pods resolve through the kubelet's clusterDNS, a
 // CoreDNS Deployment carrying the shipped snippet.
 //
@@ -164,10 +165,10 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 	}
 	for _, m := range w.members {
 		step := time.Now()
-		if err := w.installMCSD(ctx, m, w.mcsd[0]); err != nil {
+		if err := w.joinWatched(ctx, t, m, w.mcsd[0], w.joinArgs(m, w.mcsd[0])...); err != nil {
 			return w, err
 		}
-		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join", m.Name, time.Since(step).Round(10*time.Millisecond))
+		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join began", m.Name, time.Since(step).Round(10*time.Millisecond))
 	}
 	for _, m := range w.members {
 		if m.id, err = clusterID(ctx, m); err != nil {
