@@ -27,22 +27,9 @@ func TestHealthEndpoints(t *testing.T) {
 		[]healthz.HealthChecker{check("dns-synced", &dnsUnsynced)},
 	))
 	defer srv.Close()
-	get := func(t *testing.T, path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(body)
-	}
 	expect := func(t *testing.T, path string, code int, contains ...string) {
 		t.Helper()
-		got, body := get(t, path)
+		got, body := httpGet(t, srv.URL+path)
 		if got != code {
 			t.Fatalf("GET %s: %d, want %d\n%s", path, got, code, body)
 		}
@@ -83,4 +70,19 @@ func TestHealthEndpoints(t *testing.T) {
 	t.Run("a component that does not run has no check", func(t *testing.T) {
 		expect(t, "/readyz/exporter-synced", http.StatusNotFound)
 	})
+}
+
+// httpGet GETs url and returns the status and the body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }

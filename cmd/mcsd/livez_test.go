@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,16 +24,7 @@ func livez(t *testing.T, dp *nodeAgent) (int, string) {
 	t.Helper()
 	srv := httptest.NewServer(healthMux(dp.healthChecks(), dp.readyChecks()))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/livez?verbose")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
+	return httpGet(t, srv.URL+"/livez?verbose")
 }
 
 // The proxier is live while it applies what it queued within the timeout
