@@ -50,7 +50,7 @@ func TestReadmeOverlayIsTheChartWithValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromChart, err := charts.Objects(charts.ManifestsNamespace, map[string]any{
+	fromChart, err := charts.Renderer{ManagedBy: charts.ManifestsManager}.Objects(charts.ManifestsNamespace, map[string]any{
 		"namespace": map[string]any{"create": true},
 		"image":     map[string]any{"repository": "registry.example.com/mcsd", "tag": "v1"},
 		"podCIDRs":  []any{"10.244.0.0/16"},

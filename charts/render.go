@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"helm.sh/helm/v4/pkg/chart/common"
@@ -54,11 +55,105 @@ func Load() (*chart.Chart, error) {
 	return c, nil
 }
 
+// Renderer renders the chart for a tool that applies the objects itself.
+// Its zero value renders as helm install does.
+type Renderer struct {
+	// ManagedBy is the label app.kubernetes.io/managed-by of every object
+	// (the templates' .Release.Service): the tool that applies them. Empty
+	// means Helm.
+	ManagedBy string
+}
+
 // Render renders the chart's templates into namespace with values over the
 // chart's defaults (as helm install -n namespace -f values): the text of
 // each template that renders to something, by its file name
-// (node-agent.yaml), comments kept.
+// (node-agent.yaml), comments kept. As with helm install, neither the
+// notes (NOTES.txt) nor the hooks (the helm test's objects) are among
+// them: see Notes and TestHooks.
 func Render(namespace string, values map[string]any) (map[string]string, error) {
+	return Renderer{}.Render(namespace, values)
+}
+
+// Render is Render, the objects labelled as managed by r.ManagedBy.
+func (r Renderer) Render(namespace string, values map[string]any) (map[string]string, error) {
+	rendered, err := r.render(namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for name, text := range rendered {
+		base := path.Base(name)
+		if base == notesFile {
+			continue
+		}
+		hooks, err := hookFile(name, text)
+		if err != nil {
+			return nil, err
+		}
+		if !hooks {
+			out[base] = text
+		}
+	}
+	return out, nil
+}
+
+// Notes is what helm install prints after installing the chart with
+// values into namespace (templates/NOTES.txt): what was installed, the next
+// step and how to check it.
+func Notes(namespace string, values map[string]any) (string, error) {
+	rendered, err := Renderer{}.render(namespace, values)
+	if err != nil {
+		return "", err
+	}
+	for name, text := range rendered {
+		if path.Base(name) == notesFile {
+			return text, nil
+		}
+	}
+	return "", fmt.Errorf("the mcsd chart has no %s", notesFile)
+}
+
+// TestHooks are the objects helm test creates for the chart installed with
+// values into namespace, in the order it creates them (by hook weight,
+// then as Objects orders kinds): the test's identity, then its pod.
+func TestHooks(namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	rendered, err := Renderer{}.render(namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	var hooks []*unstructured.Unstructured
+	for _, name := range sortedKeys(rendered) {
+		if path.Base(name) == notesFile {
+			continue
+		}
+		docs, err := Documents([]byte(rendered[name]))
+		if err != nil {
+			return nil, fmt.Errorf("the mcsd chart's %s: %w", name, err)
+		}
+		for _, d := range docs {
+			if slices.Contains(strings.Split(d.GetAnnotations()[hookAnnotation], ","), "test") {
+				hooks = append(hooks, d)
+			}
+		}
+	}
+	slices.SortStableFunc(hooks, func(a, b *unstructured.Unstructured) int {
+		if c := hookWeight(a) - hookWeight(b); c != 0 {
+			return c
+		}
+		return applyRank(a.GetKind()) - applyRank(b.GetKind())
+	})
+	return hooks, nil
+}
+
+const (
+	notesFile      = "NOTES.txt"
+	hookAnnotation = "helm.sh/hook"
+)
+
+// render runs Helm's engine on the chart: every template's text by its
+// path in the chart, partials and templates that render to nothing left
+// out.
+func (r Renderer) render(namespace string, values map[string]any) (map[string]string, error) {
 	c, err := Load()
 	if err != nil {
 		return nil, err
@@ -70,6 +165,9 @@ func Render(namespace string, values map[string]any) (map[string]string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the mcsd chart's values: %w", err)
 	}
+	if r.ManagedBy != "" {
+		top["Release"].(map[string]any)["Service"] = r.ManagedBy
+	}
 	// Strict: a template that names a value the chart does not define
 	// fails instead of rendering empty.
 	rendered, err := engine.Engine{Strict: true}.Render(c, top)
@@ -78,30 +176,65 @@ func Render(namespace string, values map[string]any) (map[string]string, error) 
 	}
 	out := map[string]string{}
 	for name, text := range rendered {
-		base := path.Base(name)
-		if strings.HasPrefix(base, "_") || strings.TrimSpace(text) == "" {
+		if strings.HasPrefix(path.Base(name), "_") || strings.TrimSpace(text) == "" {
 			continue
 		}
-		out[base] = text
+		out[name] = text
 	}
 	return out, nil
+}
+
+// hookFile says whether the template name rendered only hooks, which Helm
+// runs at their events instead of installing them with the release. A
+// template mixing hooks and objects is refused: the chart keeps its hooks
+// in files of their own (templates/tests).
+func hookFile(name, text string) (bool, error) {
+	docs, err := Documents([]byte(text))
+	if err != nil {
+		return false, fmt.Errorf("the mcsd chart's %s: %w", name, err)
+	}
+	hooks := 0
+	for _, d := range docs {
+		if _, ok := d.GetAnnotations()[hookAnnotation]; ok {
+			hooks++
+		}
+	}
+	if hooks > 0 && hooks < len(docs) {
+		return false, fmt.Errorf("the mcsd chart's %s mixes hooks and objects", name)
+	}
+	return hooks > 0, nil
+}
+
+// hookWeight is a hook's helm.sh/hook-weight, 0 when it has none.
+func hookWeight(o *unstructured.Unstructured) int {
+	w, _ := strconv.Atoi(o.GetAnnotations()["helm.sh/hook-weight"])
+	return w
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Objects renders the chart (as Render) into the objects to apply, in the
 // order to apply them: the namespace and cluster-wide classes first, then
 // identities and policies, then the workloads.
 func Objects(namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
-	rendered, err := Render(namespace, values)
+	return Renderer{}.Objects(namespace, values)
+}
+
+// Objects is Objects, the objects labelled as managed by r.ManagedBy.
+func (r Renderer) Objects(namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	rendered, err := r.Render(namespace, values)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(rendered))
-	for name := range rendered {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var objs []*unstructured.Unstructured
-	for _, name := range names {
+	for _, name := range sortedKeys(rendered) {
 		docs, err := Documents([]byte(rendered[name]))
 		if err != nil {
 			return nil, fmt.Errorf("the mcsd chart's %s: %w", name, err)
@@ -134,7 +267,8 @@ func Documents(text []byte) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
 	for i, doc := range splitDocuments(string(text)) {
 		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		// Strict: a key given twice is an error, as kubectl apply makes it.
+		if err := yaml.UnmarshalStrict([]byte(doc), &obj); err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		if len(obj) == 0 {

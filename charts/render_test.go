@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -97,30 +98,39 @@ func TestChartCRDsAreManifestsCRDs(t *testing.T) {
 // everyValue sets every value of the chart away from its default.
 func everyValue() map[string]any {
 	return map[string]any{
-		"image":           map[string]any{"repository": "registry.example.com/mcsd", "tag": "v1.2.3", "pullPolicy": "Always"},
-		"namespace":       map[string]any{"create": true},
-		"clusterID":       "east",
-		"podCIDRs":        []any{"10.244.0.0/16", "fd00:10:244::/56"},
-		"clustersetCIDRs": []any{"10.96.0.0/12"},
-		"vipBlockBits":    map[string]any{"ipv4": 20, "ipv6": 80},
-		"ipFamilies":      []any{"IPv4"},
-		"ports":           map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
-		"metrics":         map[string]any{"bindAddress": "$(POD_IP)"},
-		"priorityClass":   map[string]any{"create": false, "name": "system-node-critical"},
-		"logVerbosity":    4,
+		"image":            map[string]any{"repository": "registry.example.com/mcsd", "tag": "v1.2.3", "pullPolicy": "Always"},
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"namespace":        map[string]any{"create": true},
+		"clusterID":        "east",
+		"podCIDRs":         []any{"10.244.0.0/16", "fd00:10:244::/56"},
+		"clustersetCIDRs":  []any{"10.96.0.0/12"},
+		"vipBlockBits":     map[string]any{"ipv4": 20, "ipv6": 80},
+		"ipFamilies":       []any{"IPv4"},
+		"ports":            map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
+		"metrics":          map[string]any{"bindAddress": "$(POD_IP)"},
+		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
+		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
-			"resources":    map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}},
-			"tolerations":  []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "net", "effect": "NoSchedule"}},
-			"nodeSelector": map[string]any{"kubernetes.io/os": "linux"},
-			"extraArgs":    []any{"--proxier-mode=auto"},
+			"priorityClassName": "mcsd-critical",
+			"resources":         map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "128Mi"}},
+			"updateStrategy":    map[string]any{"rollingUpdate": map[string]any{"maxUnavailable": "10%"}},
+			"podLabels":         map[string]any{"team": "net"},
+			"podAnnotations":    map[string]any{"example.com/scrape": "true"},
+			"tolerations":       []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "net", "effect": "NoSchedule"}},
+			"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},
+			"extraArgs":         []any{"--proxier-mode=auto"},
 		},
 		"controller": map[string]any{
-			"replicas":     3,
-			"brokerSecret": "broker-east",
-			"resources":    map[string]any{"limits": map[string]any{"memory": "2Gi"}},
-			"tolerations":  []any{map[string]any{"key": "CriticalAddonsOnly", "operator": "Exists"}},
-			"nodeSelector": map[string]any{"node-role.kubernetes.io/control-plane": ""},
-			"extraArgs":    []any{"--exporter-workers=8"},
+			"replicas":          3,
+			"brokerSecret":      "broker-east",
+			"priorityClassName": "high",
+			"resources":         map[string]any{"limits": map[string]any{"memory": "2Gi"}},
+			"updateStrategy":    map[string]any{"type": "Recreate"},
+			"podLabels":         map[string]any{"team": "mcs"},
+			"podAnnotations":    map[string]any{"example.com/owner": "mcs"},
+			"tolerations":       []any{map[string]any{"key": "CriticalAddonsOnly", "operator": "Exists"}},
+			"nodeSelector":      map[string]any{"node-role.kubernetes.io/control-plane": ""},
+			"extraArgs":         []any{"--exporter-workers=8"},
 		},
 	}
 }
@@ -159,8 +169,8 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			}
 		}
 	}
-	if kinds["PriorityClass"] != 0 {
-		t.Errorf("priorityClass.create false rendered a PriorityClass")
+	if kinds["PriorityClass"] != 1 {
+		t.Errorf("priorityClass.create true rendered %d PriorityClasses", kinds["PriorityClass"])
 	}
 	if ns.Name != "mcs" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Errorf("namespace %q labelled %v, want mcs enforcing privileged", ns.Name, ns.Labels)
@@ -174,15 +184,17 @@ func TestValuesReachTheirObjects(t *testing.T) {
 
 	agent, ctrl := ds.Spec.Template.Spec, deploy.Spec.Template.Spec
 	for _, tc := range []struct {
-		what string
-		spec corev1.PodSpec
-		args []string
+		what          string
+		spec          corev1.PodSpec
+		meta          metav1.ObjectMeta
+		priorityClass string
+		args          []string
 	}{
-		{"node agent", agent, []string{
+		{"node agent", agent, ds.Spec.Template.ObjectMeta, "mcsd-critical", []string{
 			"--leader-elect-namespace=mcs", "--dns-listen=[$(POD_IP)]:20053", "--health-address=[$(POD_IP)]:20054",
 			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
 			"--v=4", "--proxier-mode=auto"}},
-		{"controller", ctrl, []string{
+		{"controller", ctrl, deploy.Spec.Template.ObjectMeta, "high", []string{
 			"--broker-secret=mcs/broker-east", "--leader-elect-namespace=mcs", "--health-address=:20054",
 			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
 			"--vip-block-bits-ipv4=20", "--vip-block-bits-ipv6=80", "--v=4", "--exporter-workers=8"}},
@@ -196,8 +208,14 @@ func TestValuesReachTheirObjects(t *testing.T) {
 		if c.Image != "registry.example.com/mcsd:v1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("%s: image %s (%s)", tc.what, c.Image, c.ImagePullPolicy)
 		}
-		if tc.spec.PriorityClassName != "system-node-critical" {
-			t.Errorf("%s: priority class %q", tc.what, tc.spec.PriorityClassName)
+		if tc.spec.PriorityClassName != tc.priorityClass {
+			t.Errorf("%s: priority class %q, want %q", tc.what, tc.spec.PriorityClassName, tc.priorityClass)
+		}
+		if len(tc.spec.ImagePullSecrets) != 1 || tc.spec.ImagePullSecrets[0].Name != "regcred" {
+			t.Errorf("%s: image pull secrets %v", tc.what, tc.spec.ImagePullSecrets)
+		}
+		if tc.meta.Labels["team"] == "" || tc.meta.Labels["app.kubernetes.io/component"] == "" || len(tc.meta.Annotations) != 1 {
+			t.Errorf("%s: pod labels %v, annotations %v", tc.what, tc.meta.Labels, tc.meta.Annotations)
 		}
 		if env(c, "POD_IP") == nil {
 			t.Errorf("%s: no POD_IP for --metrics-address", tc.what)
@@ -211,6 +229,18 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	}
 	if got := agent.Containers[0].Resources.Requests.Memory().String(); got != "128Mi" {
 		t.Errorf("node agent's memory request %s", got)
+	}
+	if got := agent.Containers[0].Resources.Requests.Cpu().String(); got != "200m" {
+		t.Errorf("node agent's CPU request %s", got)
+	}
+	if s := ds.Spec.UpdateStrategy; s.Type != appsv1.RollingUpdateDaemonSetStrategyType || s.RollingUpdate == nil || s.RollingUpdate.MaxUnavailable.String() != "10%" {
+		t.Errorf("node agent's update strategy %+v", s)
+	}
+	if s := deploy.Spec.Strategy; s.Type != appsv1.RecreateDeploymentStrategyType || s.RollingUpdate != nil {
+		t.Errorf("controller's update strategy %+v, want Recreate alone", s)
+	}
+	if ds.Spec.Template.Labels["team"] != "net" || ds.Spec.Template.Annotations["example.com/scrape"] != "true" {
+		t.Errorf("node agent's pod labels %v, annotations %v", ds.Spec.Template.Labels, ds.Spec.Template.Annotations)
 	}
 	if got := ctrl.Containers[0].Resources.Limits.Memory().String(); got != "2Gi" {
 		t.Errorf("controller's memory limit %s", got)
@@ -263,6 +293,12 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"misspelt value":          {map[string]any{"clusterId": "east"}, "clusterId"},
 		"cluster ID not a label":  {map[string]any{"clusterID": "East_1"}, "clusterID"},
 		"block bits out of range": {map[string]any{"vipBlockBits": map[string]any{"ipv4": 33}}, "ipv4"},
+		"digest not a digest":     {map[string]any{"image": map[string]any{"digest": "latest"}}, "digest"},
+		"pull secret as a string": {map[string]any{"imagePullSecrets": []any{"regcred"}}, "imagePullSecrets"},
+		"Recreate for DaemonSet":  {map[string]any{"nodeAgent": map[string]any{"updateStrategy": map[string]any{"type": "Recreate"}}}, "updateStrategy"},
+		"OnDelete for Deployment": {map[string]any{"controller": map[string]any{"updateStrategy": map[string]any{"type": "OnDelete"}}}, "updateStrategy"},
+		"pod label not a string":  {map[string]any{"controller": map[string]any{"podLabels": map[string]any{"tier": 1}}}, "podLabels"},
+		"pod label the chart's":   {map[string]any{"nodeAgent": map[string]any{"podLabels": map[string]any{"app.kubernetes.io/component": "dns"}}}, "nodeAgent.podLabels: app.kubernetes.io/component is one of the chart's own labels"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := charts.Render("mcsd-system", tc.values)
@@ -297,7 +333,7 @@ func env(c corev1.Container, name string) *corev1.EnvVar {
 // class before anything that lives in or names them, identities before the
 // workloads that run as them.
 func TestObjectsComeInApplyOrder(t *testing.T) {
-	objs, err := charts.Objects("mcsd-system", charts.ManifestValues())
+	objs, err := charts.Objects("mcsd-system", map[string]any{"namespace": map[string]any{"create": true}, "priorityClass": map[string]any{"create": true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,4 +356,14 @@ func TestObjectsComeInApplyOrder(t *testing.T) {
 			t.Errorf("%s (at %d, %v) does not come before %s (at %d, %v)", pair[0], before, okB, pair[1], after, okA)
 		}
 	}
+}
+
+// A document that gives a key twice is refused, as kubectl apply refuses
+// it, rather than decoded with one of the two.
+func TestDocumentsRefuseAKeyGivenTwice(t *testing.T) {
+	_, err := charts.Documents([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    x: \"1\"\n    x: \"2\"\n"))
+	if err == nil || !strings.Contains(err.Error(), `key "x" already set`) {
+		t.Fatalf("Documents: %v, want the duplicate key refused", err)
+	}
+	t.Log(err)
 }

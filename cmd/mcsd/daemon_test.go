@@ -119,7 +119,7 @@ func TestRunningDaemon(t *testing.T) {
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("/readyz?verbose: %d %v\n%s", code, err, body)
 		}
-		for _, check := range []string{"proxier-sync", "dns-synced", "proxier-synced", "exporter-synced", "importer-synced"} {
+		for _, check := range []string{"proxier-sync", "dns-answers", "dns-synced", "proxier-synced", "exporter-synced", "importer-synced"} {
 			if !strings.Contains(body, "[+]"+check+" ok") {
 				t.Errorf("/readyz?verbose does not pass %s:\n%s", check, body)
 			}
@@ -127,7 +127,9 @@ func TestRunningDaemon(t *testing.T) {
 				t.Errorf("/readyz/%s: %d %v %s", check, code, err, body)
 			}
 		}
-		for _, path := range []string{"/livez", "/healthz/proxier-sync"} {
+		// The DNS server is queried on its own socket, inside the node's
+		// network namespace.
+		for _, path := range []string{"/livez", "/livez/dns-answers", "/livez/proxier-sync", "/healthz/proxier-sync", "/healthz/dns-answers"} {
 			if code, body, err := get(ctx, d.Health+path); err != nil || code != http.StatusOK {
 				t.Errorf("%s: %d %v %s", path, code, err, body)
 			}

@@ -53,20 +53,22 @@ func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, d
 // healthMux serves the checks as Kubernetes components do, with the API
 // server's healthz handlers:
 //
-//   - /livez: the process serves HTTP (the check "ping"); the kubelet
-//     restarts a pod that fails it.
-//   - /healthz: the health checks, such as the proxier applying queued
-//     updates in time.
+//   - /livez: the process serves HTTP (the check "ping") and the health
+//     checks pass; the kubelet restarts a pod that fails it.
+//   - /healthz: the health checks: the proxier applies queued updates in
+//     time (kube-proxy's /healthz), the DNS server answers a query on its
+//     own socket. A component stuck in either way is restarted.
 //   - /readyz: the health checks and the readiness checks, such as the DNS
-//     index and the proxier fed from synced informers.
+//     index and the proxier fed from synced informers: what is not synced
+//     yet is not ready, and not restarted either.
 //
 // Each answers 200 "ok" or 500 naming the failed checks (their reasons go
 // to the log at -v=2); ?verbose lists every check, ?exclude=NAME skips one,
-// and /readyz/NAME (also /healthz/NAME) runs one check and says why it
-// fails.
+// and /livez/NAME, /healthz/NAME and /readyz/NAME run one check and say why
+// it fails.
 func healthMux(health, readiness []healthz.HealthChecker) *http.ServeMux {
 	mux := http.NewServeMux()
-	healthz.InstallLivezHandler(mux)
+	healthz.InstallLivezHandler(mux, append([]healthz.HealthChecker{healthz.PingHealthz}, health...)...)
 	healthz.InstallHandler(mux, health...)
 	healthz.InstallReadyzHandler(mux, append(health[:len(health):len(health)], readiness...)...)
 	return mux
@@ -124,17 +126,24 @@ func (dp *nodeAgent) readyChecks() []healthz.HealthChecker {
 	return checks
 }
 
-// healthChecks say whether the proxier applies queued updates in time.
+// healthChecks say whether the components this replica runs are stuck:
+// the proxier leaving a queued update unapplied longer than
+// --proxier-healthz-timeout (kube-proxy's semantic: a sync loop with no
+// work to do is not judged), the DNS server answering no query.
 func (dp *nodeAgent) healthChecks() []healthz.HealthChecker {
-	if dp.health == nil {
-		return nil
+	var checks []healthz.HealthChecker
+	if dp.health != nil {
+		checks = append(checks, healthz.NamedCheck("proxier-sync", func(*http.Request) error {
+			if ok, last := dp.health.Healthy(); !ok {
+				return fmt.Errorf("proxier: a queued update is not applied (last sync %v)", last)
+			}
+			return nil
+		}))
 	}
-	return []healthz.HealthChecker{healthz.NamedCheck("proxier-sync", func(*http.Request) error {
-		if ok, last := dp.health.Healthy(); !ok {
-			return fmt.Errorf("proxier: a queued update is not applied (last sync %v)", last)
-		}
-		return nil
-	})}
+	if dp.dnsCheck != nil {
+		checks = append(checks, dp.dnsCheck)
+	}
+	return checks
 }
 
 // readyChecks say whether the controllers of this replica are synced; a

@@ -27,22 +27,9 @@ func TestHealthEndpoints(t *testing.T) {
 		[]healthz.HealthChecker{check("dns-synced", &dnsUnsynced)},
 	))
 	defer srv.Close()
-	get := func(t *testing.T, path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(body)
-	}
 	expect := func(t *testing.T, path string, code int, contains ...string) {
 		t.Helper()
-		got, body := get(t, path)
+		got, body := httpGet(t, srv.URL+path)
 		if got != code {
 			t.Fatalf("GET %s: %d, want %d\n%s", path, got, code, body)
 		}
@@ -58,7 +45,7 @@ func TestHealthEndpoints(t *testing.T) {
 			expect(t, path, http.StatusOK, "ok")
 		}
 		expect(t, "/readyz?verbose", http.StatusOK, "[+]proxier-sync ok", "[+]dns-synced ok", "readyz check passed")
-		expect(t, "/livez?verbose", http.StatusOK, "[+]ping ok")
+		expect(t, "/livez?verbose", http.StatusOK, "[+]ping ok", "[+]proxier-sync ok")
 	})
 	t.Run("a replica whose DNS has not synced is alive and healthy but not ready", func(t *testing.T) {
 		dnsUnsynced.Store(true)
@@ -70,15 +57,32 @@ func TestHealthEndpoints(t *testing.T) {
 		expect(t, "/readyz/proxier-sync", http.StatusOK)
 		expect(t, "/readyz?exclude=dns-synced", http.StatusOK)
 	})
-	t.Run("a stuck proxier fails health and readiness but not liveness", func(t *testing.T) {
+	t.Run("a stuck proxier fails liveness, health and readiness", func(t *testing.T) {
 		proxierStuck.Store(true)
 		defer proxierStuck.Store(false)
-		expect(t, "/livez", http.StatusOK)
+		expect(t, "/livez", http.StatusInternalServerError, "[-]proxier-sync failed")
+		expect(t, "/livez/proxier-sync", http.StatusInternalServerError, "proxier-sync is failing")
 		expect(t, "/healthz", http.StatusInternalServerError, "[-]proxier-sync failed")
 		expect(t, "/healthz/proxier-sync", http.StatusInternalServerError, "proxier-sync is failing")
 		expect(t, "/readyz", http.StatusInternalServerError, "[-]proxier-sync failed")
+		expect(t, "/livez/ping", http.StatusOK)
 	})
 	t.Run("a component that does not run has no check", func(t *testing.T) {
 		expect(t, "/readyz/exporter-synced", http.StatusNotFound)
 	})
+}
+
+// httpGet GETs url and returns the status and the body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }

@@ -31,6 +31,8 @@ type nodeAgent struct {
 
 	dnsServer *dns.Server
 	dnsIndex  *dns.Index
+	// dnsCheck queries dnsServer on its own socket for the health checks.
+	dnsCheck *dnsAnswers
 	// gate, with --dns-gate=cluster, reports this node's data plane to
 	// the other nodes and holds DNS back until they all carry a
 	// ClusterSetIP.
@@ -68,6 +70,7 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 			return nil, fmt.Errorf("--dns-zone/--dns-ttl/--dns-listen/--dns-reverse-cidrs: %w", err)
 		}
 		dp.dnsServer = srv
+		dp.dnsCheck = newDNSAnswers(o.netns, o.dnsZone)
 	}
 	if o.runs(componentProxier) {
 		var observer proxier.VIPObserver
@@ -231,5 +234,6 @@ func (dp *nodeAgent) serveDNS(ctx context.Context, o *options) error {
 		return err
 	}
 	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
+	dp.dnsCheck.serving(pcs[0].LocalAddr())
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,16 +14,21 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/mcsd-io/mcsd/kubectlmcs/verify"
 )
 
-// runProbe is `mcsd probe serve|check`, what kubectl mcs verify runs in
-// pods of mcsd's image: serve answers TCP connections with a line naming
-// the cluster and the pod; check resolves and connects to targets through
-// the pod's DNS and prints one JSON result a target.
+// runProbe is `mcsd probe serve|check|install`. Serve and check are what
+// kubectl mcs verify runs in pods of mcsd's image: serve answers TCP
+// connections with a line naming the cluster and the pod; check resolves
+// and connects to targets through the pod's DNS and prints one JSON result
+// a target. Install is the chart's helm test: it checks, from a pod of the
+// cluster, that mcsd's node agents, DNS Service and controller answer
+// (installProbe), and prints a line per thing checked.
 func runProbe(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: mcsd probe serve --listen=:8080 --identity=CLUSTER | mcsd probe check [--timeout=2m] [--expect=TARGET=CLUSTER ...] NAME:PORT ..."
+	usage := "usage: mcsd probe serve --listen=:8080 --identity=CLUSTER | mcsd probe check [--timeout=2m] [--expect=TARGET=CLUSTER ...] NAME:PORT ... | mcsd probe install [--namespace=NS] [--timeout=2m]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return 2
@@ -31,9 +37,14 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":8080", "serve: the TCP address to answer on")
 	identity := fs.String("identity", "", "serve: the cluster ID to answer with (the pod's name, $POD_NAME, follows)")
-	timeout := fs.Duration("timeout", 2*time.Minute, "check: how long to try each target")
-	interval := fs.Duration("interval", 500*time.Millisecond, "check: the time between two tries of a target")
+	timeout := fs.Duration("timeout", 2*time.Minute, "check: how long to try each target; install: how long to try until everything passes")
+	interval := fs.Duration("interval", 500*time.Millisecond, "check, install: the time between two tries")
 	expect := fs.StringArray("expect", nil, "check: TARGET=CLUSTER, the cluster whose probe the target must reach")
+	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "install: the namespace mcsd is installed in (default $POD_NAMESPACE)")
+	kubeconfig := fs.String("kubeconfig", "", "install: the cluster's kubeconfig (default: the pod's service account)")
+	nodeAgents := fs.String("node-agents", "mcsd-node-agent", "install: the node agents' DaemonSet")
+	controller := fs.String("controller", "mcsd-controller", "install: the controller's Deployment")
+	dnsService := fs.String("dns-service", "mcsd-dns", "install: the Service in front of the node agents' DNS")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -76,6 +87,33 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 			_ = enc.Encode(r)
 		}
 		return status
+	case "install":
+		if *namespace == "" {
+			fmt.Fprintln(stderr, "mcsd probe install: --namespace is required (or $POD_NAMESPACE)")
+			return 2
+		}
+		o := &options{kubeconfig: *kubeconfig}
+		cfg, err := localConfig(o)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcsd probe install: %v\n", err)
+			return 2
+		}
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " " + userAgent + "-probe"
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcsd probe install: %v\n", err)
+			return 2
+		}
+		p := &installProbe{
+			kube: kube, namespace: *namespace, nodeAgents: *nodeAgents, controller: *controller, dnsService: *dnsService,
+			http: &http.Client{Timeout: 5 * time.Second}, try: 2 * time.Second,
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		if !p.run(ctx, stdout, *interval) {
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(stderr, usage)
 	return 2

@@ -12,12 +12,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -40,7 +42,8 @@ import (
 // them. The node-report policy binds the node agent of namespace mcs to its
 // node; a service exported there is imported with a ClusterSetIP and
 // answered by the node agent's DNS on the chart's port; nothing either
-// identity asks is refused.
+// identity asks is refused. helm test's identity reads what its probe
+// reads and nothing else, and its pod meets the restricted profile.
 func TestChartInstall(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "dig")
@@ -86,6 +89,7 @@ func TestChartInstall(t *testing.T) {
 	if applied < 15 {
 		t.Fatalf("only %d objects applied; the chart's rendering looks wrong", applied)
 	}
+	checkTestHook(ctx, t, c, ns, values)
 	var ds appsv1.DaemonSet
 	var deploy appsv1.Deployment
 	for _, o := range objs {
@@ -196,6 +200,84 @@ func TestChartInstall(t *testing.T) {
 		t.Errorf("no cluster ID recorded: %v", err)
 	} else if v, _, _ := unstructured.NestedString(cp.Object, "spec", "value"); v != clusterID {
 		t.Errorf("cluster ID %q recorded, want the chart's %q", v, clusterID)
+	}
+}
+
+// checkTestHook creates what helm test creates before its pod (the test's
+// identity) and checks that the identity may read what mcsd probe install
+// reads and nothing else, and that the test's pod is admitted by the
+// restricted Pod Security profile.
+func checkTestHook(ctx context.Context, t *testing.T, c *harness.Cluster, ns string, values map[string]any) {
+	t.Helper()
+	hooks, err := charts.TestHooks(ns, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var identity []*unstructured.Unstructured
+	var pod corev1.Pod
+	for _, h := range hooks {
+		if h.GetKind() == "Pod" {
+			fromUnstructured(t, h, &pod)
+			continue
+		}
+		identity = append(identity, h)
+	}
+	if applyObjects(ctx, t, c, identity) != 3 || pod.Name == "" {
+		t.Fatalf("helm test's objects: %d before a pod %q, want its ServiceAccount, Role and RoleBinding", len(identity), pod.Name)
+	}
+
+	probe := kubernetes.NewForConfigOrDie(c.TokenConfig(createToken(ctx, t, c, ns, pod.Spec.ServiceAccountName)))
+	for what, call := range map[string]func() error{
+		"get the node agents' DaemonSet": func() error {
+			_, err := probe.AppsV1().DaemonSets(ns).Get(ctx, "mcsd-node-agent", metav1.GetOptions{})
+			return err
+		},
+		"get the controller's Deployment": func() error {
+			_, err := probe.AppsV1().Deployments(ns).Get(ctx, "mcsd-controller", metav1.GetOptions{})
+			return err
+		},
+		"get the Service mcsd-dns": func() error {
+			_, err := probe.CoreV1().Services(ns).Get(ctx, "mcsd-dns", metav1.GetOptions{})
+			return err
+		},
+		"list the pods": func() error {
+			_, err := probe.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=mcsd"})
+			return err
+		},
+	} {
+		if err := call(); err != nil {
+			t.Errorf("helm test's identity may not %s: %v", what, err)
+		}
+	}
+	for what, call := range map[string]func() error{
+		"list Secrets": func() error {
+			_, err := probe.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list DaemonSets": func() error {
+			_, err := probe.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"delete a pod": func() error {
+			return probe.CoreV1().Pods(ns).Delete(ctx, "mcsd-test", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+		"list pods elsewhere": func() error {
+			_, err := probe.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+			return err
+		},
+	} {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("helm test's identity may %s: %v, want it forbidden", what, err)
+		}
+	}
+
+	restricted := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "chart-test-restricted", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, restricted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.Namespace, pod.Spec.ServiceAccountName = restricted.Name, ""
+	if _, err := c.Kube.CoreV1().Pods(restricted.Name).Create(ctx, &pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("helm test's pod is refused by the restricted profile: %v", err)
 	}
 }
 

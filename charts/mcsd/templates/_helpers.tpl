@@ -1,9 +1,65 @@
 {{/*
-The image of both workloads: repository:tag, the tag defaulting to the
+The image of both workloads and of the test: repository@digest when
+image.digest is set (a digest names one image, whatever a tag says, so the
+tag is then left out), else repository:tag, the tag defaulting to the
 chart's appVersion.
 */}}
 {{- define "mcsd.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The labels a component's pods are selected by, in workloads' selectors
+and Services: the name and the component only, which no upgrade changes (a
+workload's selector is immutable). Called with (list $ COMPONENT).
+*/}}
+{{- define "mcsd.selectorLabels" -}}
+app.kubernetes.io/name: mcsd
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/*
+The recommended labels every object of the chart carries, of a component:
+the selector labels, the release, the version, the chart and who manages
+it. Called with (list $ COMPONENT).
+*/}}
+{{- define "mcsd.labels" -}}
+{{- $ := index . 0 -}}
+{{ include "mcsd.selectorLabels" . }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | replace "+" "_" | trunc 63 | quote }}
+app.kubernetes.io/part-of: mcsd
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/*
+A workload's pod template metadata: the chart's labels with the
+workload's podLabels, and its podAnnotations. A pod label may not replace
+one of the chart's: the selectors and the tools that find mcsd's pods rely
+on them. Called with (list $ COMPONENT KEY), KEY the workload's key in the
+values (nodeAgent, controller).
+*/}}
+{{- define "mcsd.podMetadata" -}}
+{{- $ := index . 0 -}}
+{{- $key := index . 2 -}}
+{{- $values := index $.Values $key -}}
+{{- $labels := include "mcsd.labels" (list $ (index . 1)) | fromYaml -}}
+{{- range $label, $_ := $values.podLabels }}
+{{- if hasKey $labels $label }}
+{{- fail (printf "%s.podLabels: %s is one of the chart's own labels, which a pod label may not replace" $key $label) }}
+{{- end }}
+{{- end -}}
+labels:
+  {{- merge $labels $values.podLabels | toYaml | nindent 2 }}
+{{- with $values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -36,3 +92,18 @@ clusterset's VIP ranges and the served IP families, each only when set
 - --ip-families={{ join "," . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A workload's update strategy from its values: rollingUpdate only with the
+RollingUpdate type, which alone takes it (a value set for another type
+would be refused by the API server).
+*/}}
+{{- define "mcsd.updateStrategy" -}}
+{{- $type := .type | default "RollingUpdate" -}}
+type: {{ $type }}
+{{- if and (eq $type "RollingUpdate") .rollingUpdate }}
+rollingUpdate:
+  {{- toYaml .rollingUpdate | nindent 2 }}
+{{- end }}
+{{- end -}}
+
