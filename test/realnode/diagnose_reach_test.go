@@ -37,6 +37,8 @@ func testDiagnoseReachability(t *testing.T) {
 	there, back := fmt.Sprintf("pod reachability %s -> %s", east.id, west.id), fmt.Sprintf("pod reachability %s -> %s", west.id, east.id)
 
 	t.Run("passes where the members' pod networks are routed", func(t *testing.T) {
+		// What the other checks take, for the figure.
+		w.diagnose(ctx, t, east, "--skip-reachability")
 		checks, _ := w.diagnoseWithPeer(ctx, t, east, west)
 		for _, c := range checks {
 			if c.Result != diagnose.Pass {
@@ -98,12 +100,18 @@ func testDiagnoseReachability(t *testing.T) {
 	probes.restricted(ctx, t, east)
 }
 
-// diagnoseWithPeer runs kubectl mcs diagnose of m with peer, and returns
-// its checks by name and whether it failed, logging how long it took.
+// diagnoseWithPeer runs kubectl mcs diagnose of m with peer.
 func (w *world) diagnoseWithPeer(ctx context.Context, t *testing.T, m, peer *member) (map[string]diagnose.Check, bool) {
 	t.Helper()
+	return w.diagnose(ctx, t, m, "--peer-contexts", peer.Name)
+}
+
+// diagnose runs kubectl mcs diagnose of m with flags, and returns its
+// checks by name and whether it failed, logging how long it took.
+func (w *world) diagnose(ctx context.Context, t *testing.T, m *member, flags ...string) (map[string]diagnose.Check, bool) {
+	t.Helper()
 	start := time.Now()
-	out, err := w.kubectl(ctx, "", "mcs", "diagnose", "--context", m.Name, "--peer-contexts", peer.Name, "-o", "json")
+	out, err := w.kubectl(ctx, "", append([]string{"mcs", "diagnose", "--context", m.Name, "-o", "json"}, flags...)...)
 	took := time.Since(start)
 	i := strings.Index(out, "[")
 	if i < 0 {
@@ -117,7 +125,7 @@ func (w *world) diagnoseWithPeer(ctx context.Context, t *testing.T, m, peer *mem
 	for _, c := range list {
 		checks[c.Name] = c
 	}
-	t.Logf("figure: kubectl mcs diagnose --context %s --peer-contexts %s: %d checks in %v", m.Name, peer.Name, len(list), took.Round(100*time.Millisecond))
+	t.Logf("figure: kubectl mcs diagnose --context %s %s: %d checks in %v", m.Name, strings.Join(flags, " "), len(list), took.Round(100*time.Millisecond))
 	return checks, err != nil
 }
 
@@ -144,6 +152,8 @@ func blackholeRoutes(t *testing.T, from, to *member) {
 type probePods struct {
 	mu   sync.Mutex
 	pods map[string]*corev1.Pod
+	// errs are the watches' errors.
+	errs []string
 }
 
 // watchProbePods records the probe pods created in the members until ctx
@@ -152,17 +162,25 @@ func watchProbePods(ctx context.Context, t *testing.T, members ...*member) *prob
 	t.Helper()
 	p := &probePods{pods: map[string]*corev1.Pod{}}
 	for _, m := range members {
-		wi, err := m.Kube.CoreV1().Pods(mcsdNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: diagnose.ProbeLabel})
+		// From resource version "0", the watch cache's state: a watch from
+		// the latest version gets "Too large resource version" here while
+		// the cache has seen no pod change.
+		wi, err := m.Kube.CoreV1().Pods(mcsdNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: diagnose.ProbeLabel, ResourceVersion: "0"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		go func() {
 			for ev := range wi.ResultChan() {
-				if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
-					p.mu.Lock()
-					p.pods[m.Name+"/"+pod.Name] = pod
-					p.mu.Unlock()
+				p.mu.Lock()
+				switch obj := ev.Object.(type) {
+				case *corev1.Pod:
+					if ev.Type == watch.Added {
+						p.pods[m.Name+"/"+obj.Name] = obj
+					}
+				case *metav1.Status:
+					p.errs = append(p.errs, m.Name+": "+obj.Message)
 				}
+				p.mu.Unlock()
 			}
 		}()
 	}
@@ -177,7 +195,7 @@ func (p *probePods) restricted(ctx context.Context, t *testing.T, m *member) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.pods) != 12 {
-		t.Errorf("saw %d probe pods, want a serve and a check pod in each member for each of 3 runs", len(p.pods))
+		t.Errorf("saw %d probe pods, want a serve and a check pod in each member for each of 3 runs (watch errors: %v)", len(p.pods), p.errs)
 	}
 	const ns = "diagnose-restricted"
 	_, err := m.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
