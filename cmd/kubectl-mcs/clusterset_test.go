@@ -110,10 +110,11 @@ func (c cli) status(ctx context.Context, args ...string) map[string]status.Clust
 }
 
 // diagnose runs diagnose -o json for a member and returns its checks by
-// name and whether the command failed.
+// name and whether the command failed. Harness clusters run no pods: no
+// reachability check.
 func (c cli) diagnose(ctx context.Context, member string, args ...string) (map[string]diagnose.Check, bool) {
 	c.t.Helper()
-	out, errOut, err := c.run(ctx, append([]string{"diagnose", "-o", "json", "--context", member}, args...)...)
+	out, errOut, err := c.run(ctx, append([]string{"diagnose", "-o", "json", "--context", member, "--skip-reachability"}, args...)...)
 	var checks []diagnose.Check
 	if jerr := json.Unmarshal([]byte(out), &checks); jerr != nil {
 		c.t.Fatalf("diagnose %s: %v, %v\n%s%s", member, err, jerr, out, errOut)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,9 @@ type diagnoseOptions struct {
 	brokerNS  string
 	skew      time.Duration
 	ttl       time.Duration
+	peers     []string
+	skipReach bool
+	reachWait time.Duration
 }
 
 func newDiagnoseCmd(g *globals) *cobra.Command {
@@ -29,20 +33,48 @@ its cluster ID and the rule that keeps it unchanged, its broker credentials
 (the Secret mcsd-system/mcsd-broker) and what the broker lets them do (a
 dry-run write of its own Lease must pass, one of another cluster's must be
 refused), its declaration, its heartbeat Lease, its ClusterSetIP blocks, clock skew against the
-broker, overlapping CIDRs across the clusters' declarations, and CoreDNS
-forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
+broker, overlapping CIDRs across the clusters' declarations, CoreDNS
+forwarding clusterset.local to mcsd, and every node agent ready.
+
+With --peer-contexts, the contexts of other members, it also checks that
+pods of the member and of each of them reach each other's pod IPs, as MCS
+needs: a probe pod of mcsd's own image in each (the image their mcsd runs;
+restricted, labelled mcsd.io/diagnose=reachability, removed afterwards, in
+mcsd-system), and a pod in each connecting to the other's probe. A check
+per direction passes, or fails naming the route that is missing: which
+cluster lacks a route to which declared pod CIDR, and via which nodes
+(docs/install/flat-network.md). --skip-reachability leaves it out where
+pods may not be created.
+
+Exits 1 when a check fails.`,
+		Example: `  kubectl mcs diagnose --context east
+  kubectl mcs diagnose --context east --peer-contexts west,north`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.out.validate(); err != nil {
 				return err
 			}
+			if o.skipReach && len(o.peers) > 0 {
+				return errors.New("--skip-reachability and --peer-contexts: give one or the other")
+			}
 			cfg, err := g.memberConfig("")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			opts := diagnose.Options{
+				ClusterID: o.clusterID, BrokerNamespace: o.brokerNS, MaxClockSkew: o.skew, ClusterTTL: o.ttl,
+				SkipReachability: o.skipReach, ReachTimeout: o.reachWait,
+			}
+			for _, name := range o.peers {
+				peer, err := g.contextConfig(name)
+				if err != nil {
+					return fmt.Errorf("--peer-contexts: %w", err)
+				}
+				opts.Peers = append(opts.Peers, diagnose.Peer{Name: name, Config: peer})
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 4*time.Minute)
 			defer cancel()
-			checks, err := diagnose.Run(ctx, cfg, diagnose.Options{ClusterID: o.clusterID, BrokerNamespace: o.brokerNS, MaxClockSkew: o.skew, ClusterTTL: o.ttl})
+			checks, err := diagnose.Run(ctx, cfg, opts)
 			if err != nil {
 				return err
 			}
@@ -73,5 +105,8 @@ forwarding clusterset.local to mcsd. Exits 1 when a check fails.`,
 	f.StringVar(&o.brokerNS, "broker-namespace", "", "the broker namespace (default: that of the member's broker kubeconfig)")
 	f.DurationVar(&o.skew, "max-clock-skew", diagnose.DefaultMaxClockSkew, "the clock skew allowed between a cluster and the broker")
 	f.DurationVar(&o.ttl, "cluster-ttl", liveness.DefaultTTL, "how old the member's Lease may be (as mcsd's --cluster-ttl)")
+	f.StringSliceVar(&o.peers, "peer-contexts", nil, "kubeconfig contexts of other members, comma-separated: check that pods of the member and theirs reach each other")
+	f.BoolVar(&o.skipReach, "skip-reachability", false, "leave out the pod reachability check (no pods are created)")
+	f.DurationVar(&o.reachWait, "reachability-timeout", diagnose.DefaultReachTimeout, "how long a probe pod tries to connect to another member's")
 	return cmd
 }

@@ -21,14 +21,17 @@ import (
 )
 
 // runProbe is `mcsd probe serve|check|install`. Serve and check are what
-// kubectl mcs verify runs in pods of mcsd's image: serve answers TCP
-// connections with a line naming the cluster and the pod; check resolves
-// and connects to targets through the pod's DNS and prints one JSON result
-// a target. Install is the chart's helm test: it checks, from a pod of the
-// cluster, that mcsd's node agents, DNS Service and controller answer
-// (installProbe), and prints a line per thing checked.
+// kubectl mcs verify and diagnose run in pods of mcsd's image: serve
+// answers TCP connections with a line naming the cluster and the pod; check
+// resolves and connects to targets through the pod's DNS and prints one
+// JSON result a target. With --datagrams, check also sends UDP datagrams
+// naming its pod to the targets and serve logs those it receives, which
+// tells a broken way there from a broken way back. Install is the chart's
+// helm test: it checks, from a pod of the cluster, that mcsd's node agents,
+// DNS Service and controller answer (installProbe), and prints a line per
+// thing checked.
 func runProbe(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: mcsd probe serve --listen=:8080 --identity=CLUSTER | mcsd probe check [--timeout=2m] [--expect=TARGET=CLUSTER ...] NAME:PORT ... | mcsd probe install [--namespace=NS] [--timeout=2m]"
+	usage := "usage: mcsd probe serve --listen=:8080 --identity=CLUSTER [--datagrams] | mcsd probe check [--timeout=2m] [--expect=TARGET=CLUSTER ...] [--datagrams] NAME:PORT ... | mcsd probe install [--namespace=NS] [--timeout=2m]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return 2
@@ -45,6 +48,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	nodeAgents := fs.String("node-agents", "mcsd-node-agent", "install: the node agents' DaemonSet")
 	controller := fs.String("controller", "mcsd-controller", "install: the controller's Deployment")
 	dnsService := fs.String("dns-service", "mcsd-dns", "install: the Service in front of the node agents' DNS")
+	datagrams := fs.Bool("datagrams", false, "serve: also log each UDP datagram to the --listen port; check: also send the targets UDP datagrams naming the pod ($POD_NAME), every --interval")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -60,6 +64,18 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(stderr, "mcsd probe serve: --listen: %v\n", err)
 			return 1
+		}
+		if *datagrams {
+			pc, err := net.ListenPacket("udp", *listen)
+			if err != nil {
+				fmt.Fprintf(stderr, "mcsd probe serve: --listen (UDP): %v\n", err)
+				return 1
+			}
+			go func() {
+				if err := verify.ServeDatagrams(ctx, pc, stdout); err != nil {
+					fmt.Fprintf(stderr, "mcsd probe serve: datagrams: %v\n", err)
+				}
+			}()
 		}
 		if err := verify.Serve(ctx, ln, *identity+" "+os.Getenv("POD_NAME")); err != nil {
 			fmt.Fprintf(stderr, "mcsd probe serve: %v\n", err)
@@ -78,6 +94,9 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
+		if *datagrams {
+			go verify.SendDatagrams(ctx, fs.Args(), os.Getenv("POD_NAME"), *interval)
+		}
 		status := 0
 		enc := json.NewEncoder(stdout)
 		for _, r := range verify.Check(ctx, fs.Args(), want, *interval) {

@@ -1,8 +1,11 @@
 // Package diagnose checks one member cluster's part of a clusterset, each
 // check passing or failing with what to do about it: the CRDs, the cluster
 // ID, the member's broker credentials and what the broker lets them do,
-// ClusterSetIP blocks, clocks, declared CIDRs and CoreDNS. It only reads,
-// and makes dry-run writes on the broker as the member.
+// ClusterSetIP blocks, clocks, declared CIDRs, CoreDNS, the node agents,
+// and whether its pods and those of other members reach each other. It
+// reads, makes dry-run writes on the broker as the member, and runs
+// short-lived probe pods in mcsd's namespace of the members it checks
+// reachability with, which it removes.
 package diagnose
 
 import (
@@ -39,7 +42,8 @@ import (
 const (
 	Pass = "PASS"
 	Fail = "FAIL"
-	// Skip: the check could not run because an earlier one failed.
+	// Skip: the check could not run, because an earlier one failed or
+	// what it needs is absent.
 	Skip = "SKIP"
 )
 
@@ -65,6 +69,15 @@ type Options struct {
 	// ClusterTTL is how old the member's Lease may be before importers
 	// count it gone (default liveness.DefaultTTL).
 	ClusterTTL time.Duration
+	// Peers are other members to check pod reachability with, both ways;
+	// without them that check is skipped.
+	Peers []Peer
+	// SkipReachability leaves the reachability check out, for clusters
+	// where diagnose may not create pods.
+	SkipReachability bool
+	// ReachTimeout is how long a pod tries to connect to another member's
+	// probe (default DefaultReachTimeout).
+	ReachTimeout time.Duration
 }
 
 // DefaultMaxClockSkew is importers' allowance for clock skew between
@@ -108,7 +121,8 @@ func (r *run) skip(name, why string) { r.add(name, Skip, why, "") }
 
 // Run runs every check against the member cluster that member (an
 // administrator's configuration) reaches, and the broker as the member's
-// own identity (its Secret mcsd-system/mcsd-broker).
+// own identity (its Secret mcsd-system/mcsd-broker); pod reachability also
+// against opts.Peers.
 func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error) {
 	if opts.MaxClockSkew <= 0 {
 		opts.MaxClockSkew = DefaultMaxClockSkew
@@ -140,6 +154,7 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 	}
 	r.coreDNS(ctx)
 	r.pods(ctx)
+	r.reachability(ctx)
 	return r.checks, nil
 }
 

@@ -15,6 +15,7 @@ func TestRealNodes(t *testing.T) {
 		{"conformance", testConformance},
 		{"resolvable means reachable on every node", testResolvableMeansReachableOnEveryNode},
 		{"diagnose", testDiagnose},
+		{"diagnose pod reachability", testDiagnoseReachability},
 		{"gather", testGather},
 		{"verify", testVerify},
 		{"join without install, mcsd installed by Helm in another namespace", testJoinWithoutInstall},
