@@ -73,6 +73,11 @@ func Check(ctx context.Context, targets []string, want map[string]string, interv
 			defer func() { done <- struct{}{} }()
 			for {
 				r := attempt(ctx, target, want[target])
+				if !r.OK() && ctx.Err() != nil && results[i].Attempts > 0 {
+					// Cut short by the deadline: the attempt before
+					// it says more about why the target fails.
+					return
+				}
 				r.Attempts = results[i].Attempts + 1
 				r.SinceStartMS = ms(time.Since(start))
 				results[i] = r
