@@ -71,6 +71,12 @@ node-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s kubelet kube-scheduler kube-proxy kubectl >/dev/null
 	bash test/tools/containerd/build.sh $(MCSD_CACHE)/containerd >/dev/null
 
+# kind at the version test/tools/kind pins, for the kind tests on machines
+# without one; built once per version.
+.PHONY: kind-binary
+kind-binary:
+	bash test/tools/kind/build.sh $(MCSD_CACHE)/kind >/dev/null
+
 test: verify harness-binaries node-binaries coredns test-images fuzz go-test
 
 # The Go tests alone, once everything they build on is there (make test).
