@@ -19,7 +19,9 @@
 //     k8s.io/kubernetes (test/tools), with containerd's base runtime spec
 //     made as kind makes it;
 //   - the services kind enables (containerd, kubelet, undo-mount-hacks)
-//     and masks (systemd-binfmt), as symbolic links.
+//     and masks (systemd-binfmt), as symbolic links;
+//   - the images kubeadm runs, built here (preload.go), imported into the
+//     node's containerd before kubelet starts.
 package kindnode
 
 import (
@@ -43,7 +45,7 @@ import (
 
 // imageFormat changes whenever what Build assembles changes for the same
 // inputs, so that cached images of the old form are not taken.
-const imageFormat = "1"
+const imageFormat = "2"
 
 // Repository names the images built here: under localhost/, so that a
 // node image that is not loaded fails at once instead of being pulled.
@@ -124,19 +126,32 @@ func (in inputs) key() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "format %s\nbase %s\n", imageFormat, filepath.Base(in.baseLayer))
 	for _, f := range in.files {
-		fmt.Fprintf(h, "%s %o %s ", f.path, f.mode, f.link)
+		content := ""
 		if f.source != "" {
-			src, err := os.Open(f.source)
-			if err != nil {
+			var err error
+			if content, err = hashFiles(f.source); err != nil {
 				return "", err
 			}
-			_, err = io.Copy(h, src)
-			src.Close()
-			if err != nil {
-				return "", fmt.Errorf("hashing %s: %w", f.source, err)
-			}
 		}
-		fmt.Fprintln(h)
+		fmt.Fprintf(h, "%s %o %s %s\n", f.path, f.mode, f.link, content)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// hashFiles is the first 16 hex digits of a hash of the files' contents,
+// one after the other.
+func hashFiles(paths ...string) (string, error) {
+	h := sha256.New()
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("hashing %s: %w", p, err)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
@@ -162,6 +177,10 @@ func gatherInputs(ctx context.Context, cache, work string, log io.Writer) (input
 		return inputs{}, err
 	}
 	crictl, err := buildTool(ctx, root, "test/tools/crictl/build.sh", filepath.Join(cache, "crictl"))
+	if err != nil {
+		return inputs{}, err
+	}
+	etcd, err := buildTool(ctx, root, "test/tools/etcd/build.sh", filepath.Join(cache, "etcd"))
 	if err != nil {
 		return inputs{}, err
 	}
@@ -198,6 +217,17 @@ func gatherInputs(ctx context.Context, cache, work string, log io.Writer) (input
 		file{path: "/etc/systemd/journald.conf.d/kind.conf", source: journald, mode: 0o644},
 	)
 	in.files = append(in.files, serviceLinks()...)
+	containerdConfig := ""
+	for _, f := range kindBase {
+		if f.path == "/etc/containerd/config.toml" {
+			containerdConfig = f.source
+		}
+	}
+	preload, err := preloadImages(ctx, cache, work, k8s, etcd, containerdConfig)
+	if err != nil {
+		return inputs{}, err
+	}
+	in.files = append(in.files, preload...)
 	slices.SortFunc(in.files, func(a, b file) int { return strings.Compare(a.path, b.path) })
 	return in, nil
 }
@@ -226,7 +256,7 @@ func assemble(tmp, ref string, in inputs) error {
 	if err := stage(dir, in.files); err != nil {
 		return err
 	}
-	node, err := oci.DirLayer("kind base files, containerd, crictl, kubeadm, kubelet, kubectl", dir, "/")
+	node, err := oci.DirLayer("kind base files, containerd, crictl, kubeadm, kubelet, kubectl, preloaded images", dir, "/")
 	if err != nil {
 		return err
 	}

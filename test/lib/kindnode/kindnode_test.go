@@ -15,8 +15,9 @@ import (
 )
 
 // The node image boots as kind starts a node: systemd as PID 1 under kind's
-// entrypoint, with containerd running and answering crictl over CRI, and
-// the pinned kubeadm, kubelet and kubectl in place. A second build is a
+// entrypoint, with containerd running and answering crictl over CRI,
+// every image kubeadm runs (and the sandbox image) in containerd before
+// kubelet starts, and the pinned kubeadm, kubelet and kubectl in place. A second build is a
 // cache hit with the same reference.
 func TestNodeImageBootsAsKindRunsIt(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -87,11 +88,31 @@ func TestNodeImageBootsAsKindRunsIt(t *testing.T) {
 	if !strings.Contains(version, "RuntimeName:  containerd") || !strings.Contains(version, "RuntimeVersion:  v2.") {
 		t.Errorf("crictl version says:\n%s\nwant containerd 2.x", version)
 	}
-	out, err := e.Docker(ctx, "exec", name, "kubeadm", "version", "-o", "short")
+	kindVersion, err := e.Docker(ctx, "exec", name, "cat", "/kind/version")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kindVersion, err := e.Docker(ctx, "exec", name, "cat", "/kind/version")
+	// Every image kubeadm runs, and the sandbox image, is in containerd
+	// before kubelet starts.
+	if out, err := e.Docker(ctx, "exec", name, "systemctl", "is-active", "kind-preload-images.service"); err != nil {
+		status, _ := e.Docker(ctx, "exec", name, "systemctl", "status", "--no-pager", "kind-preload-images.service")
+		t.Fatalf("the preloaded images were not imported (%s): %v\n%s", out, err, status)
+	}
+	wanted, err := e.Docker(ctx, "exec", name, "kubeadm", "config", "images", "list", "--kubernetes-version", strings.TrimSpace(kindVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := e.Docker(ctx, "exec", name, "crictl", "images", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range append(strings.Fields(wanted), "registry.k8s.io/pause:3.10") {
+		if !strings.Contains(have, `"`+ref+`"`) {
+			t.Errorf("containerd lacks %s; it has:\n%s", ref, have)
+		}
+	}
+
+	out, err := e.Docker(ctx, "exec", name, "kubeadm", "version", "-o", "short")
 	if err != nil {
 		t.Fatal(err)
 	}
