@@ -45,7 +45,7 @@ import (
 
 // imageFormat changes whenever what Build assembles changes for the same
 // inputs, so that cached images of the old form are not taken.
-const imageFormat = "2"
+const imageFormat = "3"
 
 // Repository names the images built here: under localhost/, so that a
 // node image that is not loaded fails at once instead of being pulled.
@@ -61,6 +61,9 @@ var Base = debroot.Spec{
 		"systemd", "systemd-sysv", "dbus",
 		"conntrack", "iptables", "nftables", "iproute2", "ethtool", "util-linux", "mount", "kmod",
 		"libseccomp2", "pigz", "bash", "ca-certificates", "procps",
+		// kind's mount-product-files hook, which runs for every pod
+		// container, reads the spec with jq.
+		"jq",
 		"runc", "containernetworking-plugins",
 	},
 	Check: [][]string{{"systemctl", "--version"}, {"runc", "--version"}, {"iptables", "--version"}},
@@ -218,10 +221,17 @@ func gatherInputs(ctx context.Context, cache, work string, log io.Writer) (input
 	)
 	in.files = append(in.files, serviceLinks()...)
 	containerdConfig := ""
-	for _, f := range kindBase {
+	for i, f := range in.files {
 		if f.path == "/etc/containerd/config.toml" {
-			containerdConfig = f.source
+			containerdConfig = filepath.Join(work, "config.toml")
+			if err := restrictOOMScoreAdj(f.source, containerdConfig); err != nil {
+				return inputs{}, err
+			}
+			in.files[i].source = containerdConfig
 		}
+	}
+	if containerdConfig == "" {
+		return inputs{}, fmt.Errorf("kind's base files have no /etc/containerd/config.toml")
 	}
 	preload, err := preloadImages(ctx, cache, work, k8s, etcd, containerdConfig)
 	if err != nil {
@@ -271,4 +281,23 @@ func assemble(tmp, ref string, in inputs) error {
 		return err
 	}
 	return oci.Write(tmp, ref, img)
+}
+
+// restrictOOMScoreAdj writes kind's containerd config src to dst with
+// restrict_oom_score_adj on, as kind's entrypoint sets it for rootless
+// nodes. A node whose bounding set lacks CAP_SYS_RESOURCE (under
+// boundedrunc) cannot lower a process's oom_score_adj, and runc fails to
+// start every pod that asks for it; restricted, containerd never asks for
+// less than its own. Where containerd runs at -999, as kind's unit starts
+// it, nothing changes.
+func restrictOOMScoreAdj(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	const off, on = "restrict_oom_score_adj = false", "restrict_oom_score_adj = true"
+	if !strings.Contains(string(data), off) {
+		return fmt.Errorf("kind's containerd config %s no longer says %q", src, off)
+	}
+	return os.WriteFile(dst, []byte(strings.Replace(string(data), off, on, 1)), 0o644)
 }
