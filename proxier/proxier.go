@@ -130,6 +130,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Health is told about queued and applied updates; nil means nobody.
 	Health HealthRecorder
+	// SyncFailed is told, after each sync that the kernel refused, why;
+	// nil means nobody. It is called from the sync loop: it must not block
+	// or call back into the proxier. An embedder records an event with it,
+	// as kube-proxy's embedders do on their Node.
+	SyncFailed func(family v1.IPFamily, err error)
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
 }
@@ -183,10 +188,12 @@ type Proxier struct {
 	clock     clock.Clock
 	metrics   *metrics
 	health    HealthRecorder
-	logger    klog.Logger
-	tracker   *changeTracker
-	runner    *runner
-	burst     burstHold
+	// syncFailed is Config.SyncFailed.
+	syncFailed func(v1.IPFamily, error)
+	logger     klog.Logger
+	tracker    *changeTracker
+	runner     *runner
+	burst      burstHold
 
 	fullSyncPeriod time.Duration
 	// syncPeriod is how often the backend checks that its rules were not
@@ -260,6 +267,7 @@ func newProxier(cfg Config) (*Proxier, error) {
 		clock:          clk,
 		metrics:        m,
 		health:         cfg.Health,
+		syncFailed:     cfg.SyncFailed,
 		logger:         logger,
 		tracker:        newChangeTracker(cfg.IPFamily, o.clusterSetCIDRs, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
@@ -417,6 +425,9 @@ func (p *Proxier) informerSynced(synced *bool) {
 	// goroutine that called us.
 	p.Sync()
 }
+
+// Mode is the mode the proxier runs in: nftables or iptables, never auto.
+func (p *Proxier) Mode() Mode { return p.backend.mode() }
 
 // Sync implements [Provider].
 func (p *Proxier) Sync() {

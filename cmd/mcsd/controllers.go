@@ -51,6 +51,8 @@ type controllers struct {
 	exporter atomic.Pointer[exporter.Controller]
 	importer atomic.Pointer[importer.Controller]
 	leading  atomic.Bool
+	// election is what /statusz says of the leader election.
+	election election
 }
 
 func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer, node *nodeAgent) *controllers {
@@ -181,7 +183,9 @@ func (t *leaderTerm) readRanges(ctx context.Context) error {
 	if t.ranges, err = t.c.o.rangesWithBroker(settings); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Running with the broker's clusterset ranges", "settings", klog.KRef(settings.Namespace, broker.SettingsName), "ranges", t.ranges.String())
+	ranges := t.ranges.String()
+	t.c.election.brokerRanges.Store(&ranges)
+	klog.FromContext(ctx).Info("Running with the broker's clusterset ranges", "settings", klog.KRef(settings.Namespace, broker.SettingsName), "ranges", ranges)
 	w := &rangesWatch{running: t.ranges, recorder: t.recorder, object: t.eventObject}
 	_, err = t.brokerCache.Settings().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.observe,
