@@ -137,6 +137,9 @@ type Config struct {
 	SyncFailed func(family v1.IPFamily, err error)
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
+	// Logger is what the proxier logs with (nil sink: klog.Background());
+	// each family's adds its ipFamily.
+	Logger klog.Logger
 }
 
 // VIPObserver learns which ClusterSetIPs a proxier's committed rules carry.
@@ -250,7 +253,10 @@ func newProxier(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	logger := klog.LoggerWithValues(cfg.Logger, "ipFamily", cfg.IPFamily)
 	b, err := newBackend(cfg, o, m, logger)
 	if err != nil {
 		return nil, err

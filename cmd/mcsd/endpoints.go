@@ -90,7 +90,7 @@ func listenAndServe(ctx context.Context, flagName, addr string, h http.Handler) 
 	}()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "HTTP server failed", "flag", flagName, "address", addr)
+			klog.FromContext(ctx).Error(err, "HTTP server failed", "flag", flagName, "address", addr)
 		}
 	}()
 	return nil

@@ -149,6 +149,7 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		SyncPeriod:         o.syncPeriod,
 		FullSyncPeriod:     o.fullSync,
 		Registerer:         reg,
+		Logger:             klog.Background().WithName("proxier"),
 		Health:             health,
 		SyncFailed:         syncFailed,
 		VIPObserver:        observer,
@@ -210,7 +211,7 @@ func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error 
 	if feed != nil {
 		subscribers = append(subscribers, feed.SetGoneClusters)
 	}
-	watcher, err := liveness.NewWatcher(local.kube, o.leaderElectNS, subscribers...)
+	watcher, err := liveness.NewWatcher(klog.FromContext(ctx).WithName("liveness-watcher"), local.kube, o.leaderElectNS, subscribers...)
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func (dp *nodeAgent) serveDNS(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
+	klog.FromContext(ctx).Info("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
 	dp.dnsCheck.serving(pcs[0].LocalAddr())
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
 }
