@@ -107,7 +107,14 @@ lint:
 
 # Everything that must hold before tests mean anything: formatting, vet,
 # and generated files that match their sources.
-verify: lint verify-manifests verify-layout
+verify: lint verify-manifests verify-layout verify-rules
+
+# The alert rules are valid, and promtool's tests of them (each alert fires
+# on its fault and clears) pass. promtool: Debian's package prometheus.
+.PHONY: verify-rules
+verify-rules:
+	promtool check rules charts/mcsd/files/prometheus-rules.yaml
+	cd charts/mcsd/files && promtool test rules prometheus-rules.test.yaml
 
 # The README's Layout and docs/architecture.md list every package as the
 # tree has it.

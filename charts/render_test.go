@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/charts"
 )
@@ -109,6 +111,7 @@ func everyValue() map[string]any {
 		"ports":            map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
 		"metrics":          map[string]any{"bindAddress": "$(POD_IP)"},
 		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
+		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
 		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
 			"priorityClassName": "mcsd-critical",
@@ -162,12 +165,32 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetName() == "mcsd-controller" {
 				convert(t, o, &binding)
 			}
+		case "PrometheusRule":
+			// The plain rules file, whole, with the labels asked for.
+			file, err := os.ReadFile("mcsd/files/prometheus-rules.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want map[string]any
+			if err := yaml.Unmarshal(file, &want); err != nil {
+				t.Fatal(err)
+			}
+			spec, _, _ := unstructured.NestedMap(o.Object, "spec")
+			if diff := cmp.Diff(want, spec); diff != "" {
+				t.Errorf("the PrometheusRule's spec is not files/prometheus-rules.yaml (-file +rule):\n%s", diff)
+			}
+			if o.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("PrometheusRule labelled %v, without prometheusRule.labels", o.GetLabels())
+			}
 		case "ValidatingAdmissionPolicy":
 			expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			if len(expr) != 1 || !strings.Contains(expr[0].(map[string]any)["expression"].(string), `"system:serviceaccount:mcs:mcsd-node-agent"`) {
 				t.Errorf("the node-report policy matches %v, want the node agent of namespace mcs", expr)
 			}
 		}
+	}
+	if kinds["PrometheusRule"] != 1 {
+		t.Errorf("prometheusRule.enabled true rendered %d PrometheusRules", kinds["PrometheusRule"])
 	}
 	if kinds["PriorityClass"] != 1 {
 		t.Errorf("priorityClass.create true rendered %d PriorityClasses", kinds["PriorityClass"])
