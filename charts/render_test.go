@@ -112,6 +112,7 @@ func everyValue() map[string]any {
 		"metrics":          map[string]any{"bindAddress": "$(POD_IP)"},
 		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
 		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"podMonitor":       map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus-stack"}},
 		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
 			"priorityClassName": "mcsd-critical",
@@ -165,6 +166,14 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetName() == "mcsd-controller" {
 				convert(t, o, &binding)
 			}
+		case "PodMonitor":
+			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+			if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" || endpoints[0].(map[string]any)["interval"] != "15s" {
+				t.Errorf("PodMonitor endpoints %v, want the metrics port every 15s", endpoints)
+			}
+			if o.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("PodMonitor labelled %v, without podMonitor.labels", o.GetLabels())
+			}
 		case "PrometheusRule":
 			// The plain rules file, whole, with the labels asked for.
 			file, err := os.ReadFile("mcsd/files/prometheus-rules.yaml")
@@ -188,6 +197,9 @@ func TestValuesReachTheirObjects(t *testing.T) {
 				t.Errorf("the node-report policy matches %v, want the node agent of namespace mcs", expr)
 			}
 		}
+	}
+	if kinds["PodMonitor"] != 1 {
+		t.Errorf("podMonitor.enabled true rendered %d PodMonitors", kinds["PodMonitor"])
 	}
 	if kinds["PrometheusRule"] != 1 {
 		t.Errorf("prometheusRule.enabled true rendered %d PrometheusRules", kinds["PrometheusRule"])
@@ -247,8 +259,12 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	if e := env(agent.Containers[0], "POD_CIDRS"); e == nil || e.Value != "10.244.0.0/16,fd00:10:244::/56" {
 		t.Errorf("node agent's POD_CIDRS: %v", e)
 	}
-	if got := agent.Containers[0].Ports; len(got) != 3 || got[0].ContainerPort != 20053 || got[1].ContainerPort != 20053 || got[2].ContainerPort != 20054 {
-		t.Errorf("node agent's ports: %v", got)
+	if got := agent.Containers[0].Ports; len(got) != 4 || got[0].ContainerPort != 20053 || got[1].ContainerPort != 20053 || got[2].ContainerPort != 20054 ||
+		got[3].Name != "metrics" || got[3].ContainerPort != 20055 {
+		t.Errorf("node agent's ports: %v, want dns, dns-tcp, health and metrics", got)
+	}
+	if got := ctrl.Containers[0].Ports; len(got) != 2 || got[1].Name != "metrics" || got[1].ContainerPort != 20055 {
+		t.Errorf("controller's ports: %v, want health and metrics", got)
 	}
 	if got := agent.Containers[0].Resources.Requests.Memory().String(); got != "128Mi" {
 		t.Errorf("node agent's memory request %s", got)
@@ -389,4 +405,28 @@ func TestDocumentsRefuseAKeyGivenTwice(t *testing.T) {
 		t.Fatalf("Documents: %v, want the duplicate key refused", err)
 	}
 	t.Log(err)
+}
+
+// /metrics on loopback: no pod declares a port nobody else reaches, and a
+// PodMonitor, which could not scrape it, is refused naming the values.
+func TestLoopbackMetricsHaveNoPortNorPodMonitor(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			ports, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
+			for _, p := range ports {
+				if p.(map[string]any)["name"] == "metrics" {
+					t.Errorf("%s %s declares a metrics port for a loopback /metrics", o.GetKind(), o.GetName())
+				}
+			}
+		}
+	}
+	_, err = charts.Objects("mcsd-system", map[string]any{"podMonitor": map[string]any{"enabled": true}})
+	if err == nil || !strings.Contains(err.Error(), "podMonitor.enabled") || !strings.Contains(err.Error(), "metrics.bindAddress") {
+		t.Errorf("podMonitor.enabled with loopback metrics: %v, want an error naming podMonitor.enabled and metrics.bindAddress", err)
+	}
 }
