@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -137,6 +138,46 @@ func TestRunningDaemon(t *testing.T) {
 			if code, body, err := get(ctx, d.Health+path); err != nil || code != http.StatusOK {
 				t.Errorf("%s: %d %v %s", path, code, err, body)
 			}
+		}
+	})
+	t.Run("the alert rules name series the daemon exports", func(t *testing.T) {
+		rules, err := os.ReadFile("../../charts/mcsd/files/prometheus-rules.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Series a healthy daemon without exports has no sample of: vectors
+		// get theirs with the first fault (or ServiceExport) they count.
+		faultOnly := map[string]bool{
+			"mcsd_exporter_serviceexports_by_condition":                     true,
+			"mcsd_importer_records_over_cap":                                true,
+			"mcsd_proxier_sync_proxy_rules_nftables_sync_failures_total":    true,
+			"mcsd_proxier_sync_proxy_rules_iptables_restore_failures_total": true,
+		}
+		named := map[string]bool{}
+		for _, name := range regexp.MustCompile(`\b(mcsd|leader_election)_[a-z_]+`).FindAllString(string(rules), -1) {
+			if !faultOnly[name] {
+				named[name] = true
+			}
+		}
+		if len(named) < 5 {
+			t.Fatalf("found only %v in the rules", named)
+		}
+		var missing []string
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			code, body, err := get(ctx, d.Metrics)
+			if err != nil || code != http.StatusOK {
+				return false, nil
+			}
+			missing = missing[:0]
+			for name := range named {
+				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+					missing = append(missing, name)
+				}
+			}
+			return len(missing) == 0, nil
+		})
+		if err != nil {
+			t.Fatalf("/metrics has no sample of %v, which the alert rules name", missing)
 		}
 	})
 	t.Run("/statusz says what the daemon runs with; /proxyMode the mode", func(t *testing.T) {
