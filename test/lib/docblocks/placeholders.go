@@ -239,3 +239,7 @@ func (f *Filler) Unused() []string {
 	}
 	return out
 }
+
+// Value is the value put in place of the placeholder word ("" for a word
+// the table lacks).
+func (f *Filler) Value(word string) string { return f.values[word] }
