@@ -4,10 +4,8 @@ import "testing"
 
 // TestRealNodes runs every real-node test on one installation, in an order
 // that matters: the install first (its figures), then what only observes or
-// adds, then what restarts mcsd, and the uninstall; last, the pages'
-// commands run on the clusters the uninstall left without mcsd. A single
-// one runs with -run 'TestRealNodes/<name>'; the install happens first in
-// any case.
+// adds, then what restarts mcsd, and the uninstall last. A single one runs
+// with -run 'TestRealNodes/<name>'; the install happens first in any case.
 func TestRealNodes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -26,7 +24,6 @@ func TestRealNodes(t *testing.T) {
 		{"rolling update", testRollingUpdate},
 		{"upgrade from the previous commit", testUpgrade},
 		{"uninstall", testUninstall},
-		{"docs", testDocs},
 	} {
 		t.Run(tc.name, tc.run)
 	}
