@@ -38,7 +38,8 @@ func TestDocs(t *testing.T) {
 	began := time.Now()
 	w, err := start(ctx, t)
 	if w != nil && w.cs != nil {
-		defer w.cs.Close()
+		// A cleanup, run after those the test adds (the namespace NS).
+		t.Cleanup(w.cs.Close)
 	}
 	if err != nil {
 		t.Fatalf("starting clusters without mcsd: %v", err)
