@@ -20,11 +20,12 @@ import (
 
 // The install and operate pages' shell blocks run as they are written, in
 // the order docs/placeholders.md gives, on a clusterset of its own started
-// without mcsd (one whose broker was deleted is no start: the API server
-// refuses a new broker's member writes with "no params found" for minutes
-// after its admission policies are made again): each with bash -euo pipefail, the placeholders filled
-// from that page's table, kubectl, kubectl mcs and helm on PATH, the
-// clusters' contexts named as the table says. A block that fails fails
+// without mcsd (not TestRealNodes's after its uninstall: a broker installed
+// again there failed broker install's admission probes for their whole 2
+// minutes, "no params found for policy binding"): each with bash -euo
+// pipefail, the placeholders filled from that page's table, kubectl,
+// kubectl mcs and helm on PATH, the clusters' contexts named as the table
+// says. A block that fails fails
 // the test naming its page and line and the line of the command that
 // failed. Between pages the test puts the clusters in the state the next
 // page starts from, and says so: the broker and cluster2 before the
