@@ -23,7 +23,9 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.1
 DEEPCOPY_GEN := $(GO) run k8s.io/code-generator/cmd/deepcopy-gen@v0.36.3
 # Built Kubernetes components and tools, keyed by version (gitignored).
 export MCSD_CACHE ?= $(CURDIR)/.cache
-TEST_TIMEOUT ?= 30m
+# Per package binary: test/realnode runs TestRealNodes and TestDocs, each on
+# a clusterset of its own, one after the other.
+TEST_TIMEOUT ?= 50m
 
 # The version stamped into the binary (mcsd --version, the mcsd_build_info
 # metric) and the image tag: `git describe` of the source, such as v0.1.0,
