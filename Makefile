@@ -38,7 +38,7 @@ LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REV
 FUZZ_TIME ?= 20s
 
 .PHONY: all build version test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries node-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
+        harness-binaries node-binaries coredns helm fuzz bench bench-proxier bench-e2e demo clean help
 
 all: build
 
@@ -73,7 +73,7 @@ node-binaries:
 	bash test/tools/build.sh $(MCSD_CACHE)/k8s kubelet kube-scheduler kube-proxy kubectl >/dev/null
 	bash test/tools/containerd/build.sh $(MCSD_CACHE)/containerd >/dev/null
 
-test: verify harness-binaries node-binaries coredns test-images fuzz go-test
+test: verify harness-binaries node-binaries coredns helm test-images fuzz go-test
 
 # The Go tests alone, once everything they build on is there (make test).
 .PHONY: go-test
@@ -85,6 +85,19 @@ go-test:
 # into a test binary's timeout.
 coredns:
 	bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns >/dev/null
+
+# helm of the version go.mod requires, for the docs test's Helm page
+# (test/realnode TestDocs), into the path the test looks in. Built here,
+# before the tests, so that its first build (minutes: helm's own module
+# graph) does not eat into a test binary's timeout.
+.PHONY: helm
+helm:
+	@v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4) && \
+	  dir=$(abspath $(MCSD_CACHE))/helm/$$v && \
+	  if [ ! -x $$dir/helm ]; then \
+	    echo "building helm $$v into $$dir (first time only; minutes)"; \
+	    mkdir -p $$dir && cd $$dir && GOBIN=$$dir CGO_ENABLED=0 GOFLAGS= $(GO) install helm.sh/helm/v4/cmd/helm@$$v; \
+	  fi
 
 # The images the real-node tests import into their nodes' containerd
 # (test/lib/images): pause, CoreDNS, the echo server and mcsd tagged with
