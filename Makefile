@@ -92,12 +92,7 @@ coredns:
 # graph) does not eat into a test binary's timeout.
 .PHONY: helm
 helm:
-	@v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4) && \
-	  dir=$(abspath $(MCSD_CACHE))/helm/$$v && \
-	  if [ ! -x $$dir/helm ]; then \
-	    echo "building helm $$v into $$dir (first time only; minutes)"; \
-	    mkdir -p $$dir && cd $$dir && GOBIN=$$dir CGO_ENABLED=0 GOFLAGS= $(GO) install helm.sh/helm/v4/cmd/helm@$$v; \
-	  fi
+	bash test/tools/helm/build.sh $(MCSD_CACHE)/helm >/dev/null
 
 # The images the real-node tests import into their nodes' containerd
 # (test/lib/images): pause, CoreDNS, the echo server and mcsd tagged with

@@ -267,9 +267,9 @@ type helmBuild struct {
 	err  error
 }
 
-// helmBinary builds helm of the version go.mod requires (the module whose
-// engine package charts renders with), once per version into the cache:
-// the first build takes minutes.
+// helmBinary builds helm of the version go.mod requires, once per version
+// into the cache (test/tools/helm/build.sh, which make helm runs before
+// the tests), and returns its path.
 func helmBinary(ctx context.Context) (string, error) {
 	root, err := repo.Root()
 	if err != nil {
@@ -279,43 +279,11 @@ func helmBinary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "test/tools/helm/build.sh"), filepath.Join(cache, "helm"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("building helm: %w", err)
 	}
-	const module = "helm.sh/helm/v4"
-	var version string
-	for _, line := range strings.Split(string(mod), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
-			version = f[1]
-		}
-	}
-	if version == "" {
-		return "", fmt.Errorf("go.mod requires no %s", module)
-	}
-	dir := filepath.Join(cache, "helm", version)
-	bin := filepath.Join(dir, "helm")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	tmp, err := os.MkdirTemp(filepath.Join(cache), "helm-build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	// go install of module@version builds with helm's own go.mod, in no
-	// module of ours.
-	cmd := exec.CommandContext(ctx, "go", "install", module+"/cmd/helm@"+version)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building helm %s: %v\n%s", version, err, out)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return filepath.Join(strings.TrimSpace(string(out)), "helm"), nil
 }
