@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -271,19 +270,5 @@ type helmBuild struct {
 // into the cache (test/tools/helm/build.sh, which make helm runs before
 // the tests), and returns its path.
 func helmBinary(ctx context.Context) (string, error) {
-	root, err := repo.Root()
-	if err != nil {
-		return "", err
-	}
-	cache, err := repo.Cache()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "test/tools/helm/build.sh"), filepath.Join(cache, "helm"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building helm: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "helm"), nil
+	return repo.Tool(ctx, "helm", "helm")
 }
