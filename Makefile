@@ -23,7 +23,9 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.1
 DEEPCOPY_GEN := $(GO) run k8s.io/code-generator/cmd/deepcopy-gen@v0.36.3
 # Built Kubernetes components and tools, keyed by version (gitignored).
 export MCSD_CACHE ?= $(CURDIR)/.cache
-TEST_TIMEOUT ?= 30m
+# Per package binary: test/realnode runs TestRealNodes and TestDocs, each on
+# a clusterset of its own, one after the other.
+TEST_TIMEOUT ?= 50m
 
 # The version stamped into the binary (mcsd --version, the mcsd_build_info
 # metric) and the image tag: `git describe` of the source, such as v0.1.0,
@@ -36,7 +38,7 @@ LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REV
 FUZZ_TIME ?= 20s
 
 .PHONY: all build version test test-unit test-integration lint verify generate manifests verify-manifests \
-        harness-binaries node-binaries coredns fuzz bench bench-proxier bench-e2e demo clean help
+        harness-binaries node-binaries coredns helm fuzz bench bench-proxier bench-e2e demo clean help
 
 all: build
 
@@ -77,7 +79,7 @@ node-binaries:
 kind-binary:
 	bash test/tools/kind/build.sh $(MCSD_CACHE)/kind >/dev/null
 
-test: verify harness-binaries node-binaries coredns test-images fuzz go-test
+test: verify harness-binaries node-binaries coredns helm test-images fuzz go-test
 
 # The Go tests alone, once everything they build on is there (make test).
 .PHONY: go-test
@@ -89,6 +91,14 @@ go-test:
 # into a test binary's timeout.
 coredns:
 	bash test/tools/coredns/build.sh $(MCSD_CACHE)/coredns >/dev/null
+
+# helm of the version go.mod requires, for the docs test's Helm page
+# (test/realnode TestDocs), into the path the test looks in. Built here,
+# before the tests, so that its first build (minutes: helm's own module
+# graph) does not eat into a test binary's timeout.
+.PHONY: helm
+helm:
+	bash test/tools/helm/build.sh $(MCSD_CACHE)/helm >/dev/null
 
 # The images the real-node tests import into their nodes' containerd
 # (test/lib/images): pause, CoreDNS, the echo server and mcsd tagged with
@@ -113,7 +123,14 @@ lint:
 
 # Everything that must hold before tests mean anything: formatting, vet,
 # and generated files that match their sources.
-verify: lint verify-manifests verify-layout
+verify: lint verify-manifests verify-layout verify-rules
+
+# The alert rules are valid, and promtool's tests of them (each alert fires
+# on its fault and clears) pass. promtool: Debian's package prometheus.
+.PHONY: verify-rules
+verify-rules:
+	promtool check rules charts/mcsd/files/prometheus-rules.yaml
+	cd charts/mcsd/files && promtool test rules prometheus-rules.test.yaml
 
 # The README's Layout and docs/architecture.md list every package as the
 # tree has it.

@@ -132,35 +132,6 @@ func admit(ctx context.Context, kube kubernetes.Interface, namespace, clusterID 
 // ownedBy copies want's owner references, for upsert.
 func ownedBy[T metav1.Object](cur, want T) { cur.SetOwnerReferences(want.GetOwnerReferences()) }
 
-// memberToken creates the long-lived token Secret of the member's
-// ServiceAccount name and returns the token once the token controller has
-// filled it in.
-func memberToken(ctx context.Context, kube kubernetes.Interface, namespace, name string, labels map[string]string) (string, error) {
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name + "-token", Namespace: namespace, Labels: labels,
-			Annotations: map[string]string{corev1.ServiceAccountNameKey: name},
-		},
-		Type: corev1.SecretTypeServiceAccountToken,
-	}
-	if _, err := kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("creating token Secret for %s: %w", name, err)
-	}
-	var token string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		token = string(s.Data[corev1.ServiceAccountTokenKey])
-		return token != "", nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("the token controller never filled Secret %s/%s (is kube-controller-manager running?): %w", namespace, secret.Name, err)
-	}
-	return token, nil
-}
-
 func memberLabels(clusterID string) map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "mcsd", LabelMemberCluster: clusterID}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/mcsd-io/mcsd/charts"
 )
@@ -109,6 +111,8 @@ func everyValue() map[string]any {
 		"ports":            map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
 		"metrics":          map[string]any{"bindAddress": "$(POD_IP)"},
 		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
+		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"podMonitor":       map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus-stack"}},
 		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
 			"priorityClassName": "mcsd-critical",
@@ -162,12 +166,43 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetName() == "mcsd-controller" {
 				convert(t, o, &binding)
 			}
+		case "PodMonitor":
+			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+			if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" || endpoints[0].(map[string]any)["interval"] != "15s" {
+				t.Errorf("PodMonitor endpoints %v, want the metrics port every 15s", endpoints)
+			}
+			if o.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("PodMonitor labelled %v, without podMonitor.labels", o.GetLabels())
+			}
+		case "PrometheusRule":
+			// The plain rules file, whole, with the labels asked for.
+			file, err := os.ReadFile("mcsd/files/prometheus-rules.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want map[string]any
+			if err := yaml.Unmarshal(file, &want); err != nil {
+				t.Fatal(err)
+			}
+			spec, _, _ := unstructured.NestedMap(o.Object, "spec")
+			if diff := cmp.Diff(want, spec); diff != "" {
+				t.Errorf("the PrometheusRule's spec is not files/prometheus-rules.yaml (-file +rule):\n%s", diff)
+			}
+			if o.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("PrometheusRule labelled %v, without prometheusRule.labels", o.GetLabels())
+			}
 		case "ValidatingAdmissionPolicy":
 			expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			if len(expr) != 1 || !strings.Contains(expr[0].(map[string]any)["expression"].(string), `"system:serviceaccount:mcs:mcsd-node-agent"`) {
 				t.Errorf("the node-report policy matches %v, want the node agent of namespace mcs", expr)
 			}
 		}
+	}
+	if kinds["PodMonitor"] != 1 {
+		t.Errorf("podMonitor.enabled true rendered %d PodMonitors", kinds["PodMonitor"])
+	}
+	if kinds["PrometheusRule"] != 1 {
+		t.Errorf("prometheusRule.enabled true rendered %d PrometheusRules", kinds["PrometheusRule"])
 	}
 	if kinds["PriorityClass"] != 1 {
 		t.Errorf("priorityClass.create true rendered %d PriorityClasses", kinds["PriorityClass"])
@@ -224,8 +259,12 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	if e := env(agent.Containers[0], "POD_CIDRS"); e == nil || e.Value != "10.244.0.0/16,fd00:10:244::/56" {
 		t.Errorf("node agent's POD_CIDRS: %v", e)
 	}
-	if got := agent.Containers[0].Ports; len(got) != 3 || got[0].ContainerPort != 20053 || got[1].ContainerPort != 20053 || got[2].ContainerPort != 20054 {
-		t.Errorf("node agent's ports: %v", got)
+	if got := agent.Containers[0].Ports; len(got) != 4 || got[0].ContainerPort != 20053 || got[1].ContainerPort != 20053 || got[2].ContainerPort != 20054 ||
+		got[3].Name != "metrics" || got[3].ContainerPort != 20055 {
+		t.Errorf("node agent's ports: %v, want dns, dns-tcp, health and metrics", got)
+	}
+	if got := ctrl.Containers[0].Ports; len(got) != 2 || got[1].Name != "metrics" || got[1].ContainerPort != 20055 {
+		t.Errorf("controller's ports: %v, want health and metrics", got)
 	}
 	if got := agent.Containers[0].Resources.Requests.Memory().String(); got != "128Mi" {
 		t.Errorf("node agent's memory request %s", got)
@@ -366,4 +405,28 @@ func TestDocumentsRefuseAKeyGivenTwice(t *testing.T) {
 		t.Fatalf("Documents: %v, want the duplicate key refused", err)
 	}
 	t.Log(err)
+}
+
+// /metrics on loopback: no pod declares a port nobody else reaches, and a
+// PodMonitor, which could not scrape it, is refused naming the values.
+func TestLoopbackMetricsHaveNoPortNorPodMonitor(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			ports, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
+			for _, p := range ports {
+				if p.(map[string]any)["name"] == "metrics" {
+					t.Errorf("%s %s declares a metrics port for a loopback /metrics", o.GetKind(), o.GetName())
+				}
+			}
+		}
+	}
+	_, err = charts.Objects("mcsd-system", map[string]any{"podMonitor": map[string]any{"enabled": true}})
+	if err == nil || !strings.Contains(err.Error(), "podMonitor.enabled") || !strings.Contains(err.Error(), "metrics.bindAddress") {
+		t.Errorf("podMonitor.enabled with loopback metrics: %v, want an error naming podMonitor.enabled and metrics.bindAddress", err)
+	}
 }

@@ -186,7 +186,7 @@ func (c *Controller) ObserveBroker(err error) {
 	if lerr != nil {
 		return
 	}
-	klog.InfoS("The broker answers again; syncing every export", "exports", len(exports))
+	c.cfg.Logger.Info("The broker answers again; syncing every export", "exports", len(exports))
 	for _, se := range exports {
 		c.Queue.Add(se.Namespace + "/" + se.Name)
 	}

@@ -52,7 +52,7 @@ func (c *Controller) sync(ctx context.Context, namespace, name string) error {
 	own.ClusterSetIPDisabled = !c.clusterSetIPWanted(export)
 	status.valid()
 
-	others, existing, err := c.recordsOf(namespace, name)
+	others, existing, err := c.recordsOf(ctx, namespace, name)
 	if err != nil {
 		return err
 	}
@@ -117,11 +117,12 @@ func (c *Controller) clusterSetIPWanted(export *mcsv1beta1.ServiceExport) bool {
 // recordsOf returns the other clusters' valid records of a service and this
 // cluster's record object, if any. Malformed records are left out: one
 // broken writer must not stop everyone's export.
-func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1beta1.ServiceImport, error) {
+func (c *Controller) recordsOf(ctx context.Context, namespace, name string) ([]record.Export, *mcsv1beta1.ServiceImport, error) {
 	objs, err := indexed[*mcsv1beta1.ServiceImport](c.recordIndex, namespace, name)
 	if err != nil {
 		return nil, nil, err
 	}
+	logger := klog.FromContext(ctx)
 	rules := c.exportRules()
 	var others []record.Export
 	var own *mcsv1beta1.ServiceImport
@@ -132,13 +133,13 @@ func (c *Controller) recordsOf(namespace, name string) ([]record.Export, *mcsv1b
 		}
 		e, err := record.Decode(o)
 		if err != nil {
-			klog.V(2).InfoS("Ignoring a malformed broker record", "record", klog.KObj(o), "err", err)
+			logger.V(2).Info("Ignoring a malformed broker record", "record", klog.KObj(o), "err", err)
 			continue
 		}
 		// As importers do: a record the export rules keep out (written
 		// before the rule) counts for nothing.
 		if ok, rule := rules.Allows(e.Namespace, e.Cluster); !ok {
-			klog.V(2).InfoS("Ignoring a broker record the export rules keep out", "record", klog.KObj(o), "rule", rule.Name)
+			logger.V(2).Info("Ignoring a broker record the export rules keep out", "record", klog.KObj(o), "rule", rule.Name)
 			continue
 		}
 		others = append(others, e)

@@ -148,7 +148,7 @@ func (c *Controller) onRecordAdded(obj any) {
 	}
 	if ns, name := r.Labels[record.LabelServiceNamespace], r.Labels[record.LabelServiceName]; c.serviceDenied(ns, name) {
 		c.cfg.Metrics.ignoredRecord(ReasonNamespaceDenied, 1)
-		klog.V(2).InfoS("Ignoring a broker record: its service or namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "service", klog.KRef(ns, name))
+		c.cfg.Logger.V(2).Info("Ignoring a broker record: its service or namespace is not imported", "record", klog.KObj(r), "cluster", cluster, "service", klog.KRef(ns, name))
 	}
 	now, soon, ignored := c.caps.added(cluster, keyOf(r))
 	switch {
@@ -160,7 +160,7 @@ func (c *Controller) onRecordAdded(obj any) {
 		// Newer than everything kept: ignored without a reevaluation.
 		c.cfg.Metrics.ignoredRecord(ReasonOverServiceCap, 1)
 		c.cfg.Metrics.setOverCap(cluster, ignored)
-		klog.V(2).InfoS("Ignoring a broker record beyond its cluster's cap", "record", klog.KObj(r), "cluster", cluster, "cap", c.caps.max)
+		c.cfg.Logger.V(2).Info("Ignoring a broker record beyond its cluster's cap", "record", klog.KObj(r), "cluster", cluster, "cap", c.caps.max)
 	}
 }
 
@@ -198,11 +198,11 @@ func (c *Controller) evaluateCap(cluster string) {
 	c.cfg.Metrics.setOverCap(cluster, ignored)
 	switch {
 	case isOver && !wasOver:
-		klog.InfoS("A cluster exports more services than the cap: its newest records are ignored", "cluster", cluster, "records", len(keys), "cap", c.caps.max, "ignored", ignored)
+		c.cfg.Logger.Info("A cluster exports more services than the cap: its newest records are ignored", "cluster", cluster, "records", len(keys), "cap", c.caps.max, "ignored", ignored)
 		c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeWarning, EventClusterOverServiceCap,
 			"Cluster %s has %d export records, more than the %d one cluster may contribute: its %d newest are ignored", cluster, len(keys), c.caps.max, ignored)
 	case !isOver && wasOver:
-		klog.InfoS("A cluster exports no more services than the cap again", "cluster", cluster, "records", len(keys), "cap", c.caps.max)
+		c.cfg.Logger.Info("A cluster exports no more services than the cap again", "cluster", cluster, "records", len(keys), "cap", c.caps.max)
 		c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeNormal, EventClusterWithinServiceCap,
 			"Cluster %s has %d export records, within the %d one cluster may contribute: all are imported", cluster, len(keys), c.caps.max)
 	}

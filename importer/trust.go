@@ -296,7 +296,7 @@ func (c *Controller) noteUndeclared(cluster string) {
 		return
 	}
 	c.cfg.Metrics.setUndeclaredClusters(n)
-	klog.InfoS("A cluster has no member declaration on the broker: its endpoints are imported unchecked until the broker's administrator declares its pod CIDRs",
+	c.cfg.Logger.Info("A cluster has no member declaration on the broker: its endpoints are imported unchecked until the broker's administrator declares its pod CIDRs",
 		"cluster", cluster, "brokerNamespace", c.cfg.BrokerNamespace, "declaration", broker.DeclarationName(cluster))
 	c.cfg.Recorder.Eventf(c.live.Object(), corev1.EventTypeWarning, EventClusterUndeclared,
 		"Cluster %s has no member declaration (ConfigMap %s/%s): its endpoints are imported without checking them against its pod CIDRs",
@@ -322,7 +322,7 @@ func (c *Controller) rulesChanged() {
 	if !changed || !c.Synced() {
 		return
 	}
-	klog.V(2).InfoS("Export rules changed", "rules", len(rules))
+	c.cfg.Logger.V(2).Info("Export rules changed", "rules", len(rules))
 	c.resyncAll()
 }
 
@@ -331,7 +331,7 @@ func (c *Controller) rulesChanged() {
 func (c *Controller) claimsChanged() {
 	claims, malformed := vipalloc.ParseClaims(c.claims.List())
 	for _, err := range malformed {
-		klog.V(2).InfoS("Ignoring a malformed ClusterSetIP block claim", "err", err)
+		c.cfg.Logger.V(2).Info("Ignoring a malformed ClusterSetIP block claim", "err", err)
 	}
 	owners := vipalloc.Owners(claims)
 	c.trust.mu.Lock()
@@ -341,7 +341,7 @@ func (c *Controller) claimsChanged() {
 	if slices.EqualFunc(before, owners, func(a, b vipalloc.Claim) bool { return a.Block == b.Block && a.Cluster == b.Cluster }) {
 		return
 	}
-	klog.V(2).InfoS("ClusterSetIP block owners changed", "owners", describeOwners(owners))
+	c.cfg.Logger.V(2).Info("ClusterSetIP block owners changed", "owners", describeOwners(owners))
 	if !c.Synced() {
 		// Every service is synced when the importer starts.
 		return
@@ -385,7 +385,7 @@ func (c *Controller) declarationsChanged() {
 		}
 		d, err := broker.ParseDeclaration(cm)
 		if err != nil {
-			klog.InfoS("Ignoring a malformed member declaration", "declaration", klog.KObj(cm), "err", err)
+			c.cfg.Logger.Info("Ignoring a malformed member declaration", "declaration", klog.KObj(cm), "err", err)
 			continue
 		}
 		declared[d.Cluster] = d
@@ -414,7 +414,7 @@ func (c *Controller) declarationsChanged() {
 		}
 	}
 	for _, cluster := range slices.Sorted(maps.Keys(changed)) {
-		klog.V(2).InfoS("Member declaration changed", "cluster", cluster, "podCIDRs", declared[cluster].PodCIDRs)
+		c.cfg.Logger.V(2).Info("Member declaration changed", "cluster", cluster, "podCIDRs", declared[cluster].PodCIDRs)
 		for _, key := range c.serviceKeysOfCluster(cluster) {
 			c.Queue.Add(key)
 		}

@@ -139,6 +139,7 @@ func New(cfg Config, broker *caches.Broker) (*Controller, error) {
 	if cfg.Shared, err = cfg.Shared.WithDefaults(); err != nil {
 		return nil, fmt.Errorf("liveness: %w", err)
 	}
+	cfg.Logger = cfg.Logger.WithName("liveness")
 	c := &Controller{
 		cfg:  cfg,
 		book: newLeaseBook(cfg.Clock, cfg.TTL, cfg.ClusterID),
@@ -333,7 +334,7 @@ func (c *Controller) observeLease(l *coordinationv1.Lease, source string) {
 	}
 	v := versionOf(l)
 	renewal := c.book.observe(cluster, v)
-	klog.V(4).InfoS("Saw a heartbeat Lease", "cluster", cluster, "source", source, "renewTime", v.renew, "resourceVersion", l.ResourceVersion, "renewal", renewal)
+	c.cfg.Logger.V(4).Info("Saw a heartbeat Lease", "cluster", cluster, "source", source, "renewTime", v.renew, "resourceVersion", l.ResourceVersion, "renewal", renewal)
 	if renewal {
 		c.clusterQueue.Add(cluster)
 	}

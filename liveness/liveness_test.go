@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 
 	"github.com/mcsd-io/mcsd/mcsslice"
 )
@@ -55,7 +56,7 @@ func TestReadTakesUnknownWordsForLive(t *testing.T) {
 func TestWatcherReportsChanges(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "mcsd-system", Name: "unrelated"}, Data: map[string]string{"east": Gone}})
 	reports := make(chan mcsslice.GoneClusters, 10)
-	w, err := NewWatcher(kube, "mcsd-system", func(gone mcsslice.GoneClusters) { reports <- gone })
+	w, err := NewWatcher(klog.Background(), kube, "mcsd-system", func(gone mcsslice.GoneClusters) { reports <- gone })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestASlowSubscriberDelaysNoOther(t *testing.T) {
 	kube := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: ConfigMapName}, Data: map[string]string{"east": Gone}})
 	release := make(chan struct{})
 	fast := make(chan mcsslice.GoneClusters, 10)
-	w, err := NewWatcher(kube, "ns",
+	w, err := NewWatcher(klog.Background(), kube, "ns",
 		func(mcsslice.GoneClusters) { <-release },
 		func(gone mcsslice.GoneClusters) { fast <- gone },
 	)

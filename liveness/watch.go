@@ -22,6 +22,7 @@ type Watcher struct {
 	factory     informers.SharedInformerFactory
 	informer    cache.SharedIndexInformer
 	subscribers []*subscriber
+	logger      klog.Logger
 
 	mu   sync.Mutex
 	last *mcsslice.GoneClusters
@@ -42,8 +43,9 @@ type subscriber struct {
 // subscriber is called from a goroutine of its own, one call at a time,
 // with the set of clusters gone: first when the initial state is known (possibly
 // empty: no ConfigMap yet), then with the latest set after each change.
-func NewWatcher(kube kubernetes.Interface, namespace string, subscribers ...func(gone mcsslice.GoneClusters)) (*Watcher, error) {
-	w := &Watcher{}
+// It logs each change with logger.
+func NewWatcher(logger klog.Logger, kube kubernetes.Interface, namespace string, subscribers ...func(gone mcsslice.GoneClusters)) (*Watcher, error) {
+	w := &Watcher{logger: logger}
 	for _, fn := range subscribers {
 		w.subscribers = append(w.subscribers, &subscriber{onChange: fn, wake: make(chan struct{}, 1)})
 	}
@@ -102,7 +104,7 @@ func (w *Watcher) publishLocked(gone mcsslice.GoneClusters) {
 	if w.last != nil && gone.Changed(*w.last).Len() == 0 {
 		return
 	}
-	klog.InfoS("Clusterset liveness changed", "goneClusters", gone.String())
+	w.logger.Info("Clusterset liveness changed", "goneClusters", gone.String())
 	w.last = &gone
 	for _, sub := range w.subscribers {
 		sub.offer(gone)

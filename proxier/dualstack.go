@@ -47,6 +47,9 @@ func NewDualStack(cfg Config) (*DualStack, error) {
 	return &DualStack{ipv4: p4, ipv6: p6}, nil
 }
 
+// Mode is the mode both proxiers run in: nftables or iptables, never auto.
+func (d *DualStack) Mode() Mode { return d.ipv4.Mode() }
+
 // OnServiceImportAdd implements [Provider].
 func (d *DualStack) OnServiceImportAdd(si *mcsv1beta1.ServiceImport) {
 	d.ipv4.OnServiceImportAdd(si)

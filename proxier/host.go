@@ -18,6 +18,9 @@ import (
 // leftovers.
 func prepareHost(cfg Config) (Config, error) {
 	ctx := context.Background()
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
 	requested := cfg.Mode
 	mode, err := resolveMode(ctx, cfg.Mode)
 	if err != nil {
@@ -31,13 +34,13 @@ func prepareHost(cfg Config) (Config, error) {
 		if err := CheckRequirements(ctx, mode); err != nil {
 			return cfg, fmt.Errorf("proxier: %w", err)
 		}
-		klog.InfoS("Proxier mode", "mode", mode, "requested", requested)
+		cfg.Logger.Info("Proxier mode", "mode", mode, "requested", requested)
 		other := ModeIPTables
 		if mode == ModeIPTables {
 			other = ModeNFTables
 		}
 		if err := CleanupLeftovers(ctx, other, cfg.InNetns); err != nil {
-			klog.ErrorS(err, "Could not delete the rules of the other proxier mode; they may still catch ClusterSetIP traffic", "mode", mode)
+			cfg.Logger.Error(err, "Could not delete the rules of the other proxier mode; they may still catch ClusterSetIP traffic", "mode", mode)
 		}
 	}
 	err = cfg.InNetns(func() (err error) {

@@ -71,7 +71,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		syncPartialDuration: histogram("sync_partial_proxy_rules_duration_seconds",
 			"Time a partial sync of the rules took.", syncBuckets),
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-			Name: "sync_proxy_rules_no_local_endpoints_total",
+			// kube-proxy's gauge ends in _total; a gauge does not.
+			Name: "sync_proxy_rules_no_local_endpoints",
 			Help: "Service ports with internalTrafficPolicy Local whose traffic is dropped for want of local endpoints."},
 			[]string{"traffic_policy", "ip_family"}),
 		networkProgramming: histogram("network_programming_duration_seconds",

@@ -130,8 +130,16 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Health is told about queued and applied updates; nil means nobody.
 	Health HealthRecorder
+	// SyncFailed is told, after each sync that the kernel refused, why;
+	// nil means nobody. It is called from the sync loop: it must not block
+	// or call back into the proxier. An embedder records an event with it,
+	// as kube-proxy's embedders do on their Node.
+	SyncFailed func(family v1.IPFamily, err error)
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
+	// Logger is what the proxier logs with (nil sink: klog.Background());
+	// each family's adds its ipFamily.
+	Logger klog.Logger
 }
 
 // VIPObserver learns which ClusterSetIPs a proxier's committed rules carry.
@@ -183,10 +191,12 @@ type Proxier struct {
 	clock     clock.Clock
 	metrics   *metrics
 	health    HealthRecorder
-	logger    klog.Logger
-	tracker   *changeTracker
-	runner    *runner
-	burst     burstHold
+	// syncFailed is Config.SyncFailed.
+	syncFailed func(v1.IPFamily, error)
+	logger     klog.Logger
+	tracker    *changeTracker
+	runner     *runner
+	burst      burstHold
 
 	fullSyncPeriod time.Duration
 	// syncPeriod is how often the backend checks that its rules were not
@@ -243,7 +253,10 @@ func newProxier(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := klog.LoggerWithValues(klog.Background(), "ipFamily", cfg.IPFamily)
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	logger := klog.LoggerWithValues(cfg.Logger, "ipFamily", cfg.IPFamily)
 	b, err := newBackend(cfg, o, m, logger)
 	if err != nil {
 		return nil, err
@@ -260,6 +273,7 @@ func newProxier(cfg Config) (*Proxier, error) {
 		clock:          clk,
 		metrics:        m,
 		health:         cfg.Health,
+		syncFailed:     cfg.SyncFailed,
 		logger:         logger,
 		tracker:        newChangeTracker(cfg.IPFamily, o.clusterSetCIDRs, clk, m, logger),
 		fullSyncPeriod: orDefault(cfg.FullSyncPeriod, DefaultFullSyncPeriod),
@@ -417,6 +431,9 @@ func (p *Proxier) informerSynced(synced *bool) {
 	// goroutine that called us.
 	p.Sync()
 }
+
+// Mode is the mode the proxier runs in: nftables or iptables, never auto.
+func (p *Proxier) Mode() Mode { return p.backend.mode() }
 
 // Sync implements [Provider].
 func (p *Proxier) Sync() {

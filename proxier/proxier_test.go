@@ -767,9 +767,19 @@ func TestFullSync(t *testing.T) {
 		f.start(append(webSlices(), webImport())...)
 		failing := &failingNFT{Interface: f.nft, fail: true}
 		f.setNFT(failing)
+		var reported []error
+		f.p.syncFailed = func(family v1.IPFamily, err error) {
+			if family != v1.IPv4Protocol {
+				t.Errorf("failure reported for %s", family)
+			}
+			reported = append(reported, err)
+		}
 		f.p.OnServiceImportDelete(webImport())
 		if err := f.p.syncRules(); err == nil {
 			t.Fatal("sync succeeded")
+		}
+		if len(reported) != 1 || !strings.Contains(reported[0].Error(), "simulated failure") {
+			t.Errorf("SyncFailed told %v, want the failed transaction's error once", reported)
 		}
 		failing.fail = false
 		f.sync()

@@ -65,6 +65,9 @@ func (p *Proxier) syncRules() error {
 	w := &syncWrite{kind: kind, names: names, renders: renders, committed: p.committed, start: start}
 	if err := p.backend.write(w); err != nil {
 		p.needRewrite = true
+		if p.syncFailed != nil {
+			p.syncFailed(p.family, err)
+		}
 		return err
 	}
 	p.commit(names, renders, kind != partialSync, start)

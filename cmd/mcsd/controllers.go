@@ -51,6 +51,8 @@ type controllers struct {
 	exporter atomic.Pointer[exporter.Controller]
 	importer atomic.Pointer[importer.Controller]
 	leading  atomic.Bool
+	// election is what /statusz says of the leader election.
+	election election
 }
 
 func newControllers(o *options, local *clients, clusterID string, reg prometheus.Registerer, node *nodeAgent) *controllers {
@@ -116,8 +118,11 @@ type leaderTerm struct {
 	// gate holds the informers' connections while the heartbeat cannot
 	// reach the broker: after an outage they resume with its first
 	// success, not after client-go's retry backoff.
-	gate        *dialgate.Gate
-	brokerHost  string
+	gate       *dialgate.Gate
+	brokerHost string
+	// logger is the term's, for what no context reaches: event handlers,
+	// the heartbeat's reports.
+	logger      klog.Logger
 	recorder    kuberecord.EventRecorder
 	stopEvents  func()
 	local       *caches.Local
@@ -139,7 +144,7 @@ func (c *controllers) newTerm(ctx context.Context) (*leaderTerm, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &leaderTerm{c: c, gate: dialgate.New(), brokerHost: brokerCfg.Host}
+	t := &leaderTerm{c: c, gate: dialgate.New(), brokerHost: brokerCfg.Host, logger: klog.FromContext(ctx)}
 	watchCfg := rest.CopyConfig(brokerCfg)
 	var dialer net.Dialer
 	watchCfg.Dial = t.gate.Dial(dialer.DialContext)
@@ -181,8 +186,10 @@ func (t *leaderTerm) readRanges(ctx context.Context) error {
 	if t.ranges, err = t.c.o.rangesWithBroker(settings); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Running with the broker's clusterset ranges", "settings", klog.KRef(settings.Namespace, broker.SettingsName), "ranges", t.ranges.String())
-	w := &rangesWatch{running: t.ranges, recorder: t.recorder, object: t.eventObject}
+	ranges := t.ranges.String()
+	t.c.election.brokerRanges.Store(&ranges)
+	klog.FromContext(ctx).Info("Running with the broker's clusterset ranges", "settings", klog.KRef(settings.Namespace, broker.SettingsName), "ranges", ranges)
+	w := &rangesWatch{running: t.ranges, recorder: t.recorder, logger: t.logger, object: t.eventObject}
 	_, err = t.brokerCache.Settings().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.observe,
 		UpdateFunc: func(_, obj any) { w.observe(obj) },
@@ -209,6 +216,7 @@ func (t *leaderTerm) shared(local, broker *clients, workers int) controller.Shar
 		LocalMCS:        local.mcs,
 		Recorder:        t.recorder,
 		Workers:         workers,
+		Logger:          t.logger,
 	}
 	if broker != nil {
 		s.Broker, s.BrokerMCS = broker.kube, broker.mcs

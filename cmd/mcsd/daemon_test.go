@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -13,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsd-io/mcsd/test/lib/fixture"
@@ -133,6 +138,122 @@ func TestRunningDaemon(t *testing.T) {
 			if code, body, err := get(ctx, d.Health+path); err != nil || code != http.StatusOK {
 				t.Errorf("%s: %d %v %s", path, code, err, body)
 			}
+		}
+	})
+	t.Run("the alert rules name series the daemon exports", func(t *testing.T) {
+		rules, err := os.ReadFile("../../charts/mcsd/files/prometheus-rules.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Series a healthy daemon without exports has no sample of: vectors
+		// get theirs with the first fault (or ServiceExport) they count.
+		faultOnly := map[string]bool{
+			"mcsd_exporter_serviceexports_by_condition":                     true,
+			"mcsd_importer_records_over_cap":                                true,
+			"mcsd_proxier_sync_proxy_rules_nftables_sync_failures_total":    true,
+			"mcsd_proxier_sync_proxy_rules_iptables_restore_failures_total": true,
+		}
+		named := map[string]bool{}
+		for _, name := range regexp.MustCompile(`\b(mcsd|leader_election)_[a-z_]+`).FindAllString(string(rules), -1) {
+			if !faultOnly[name] {
+				named[name] = true
+			}
+		}
+		if len(named) < 5 {
+			t.Fatalf("found only %v in the rules", named)
+		}
+		var missing []string
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			code, body, err := get(ctx, d.Metrics)
+			if err != nil || code != http.StatusOK {
+				return false, nil
+			}
+			missing = missing[:0]
+			for name := range named {
+				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+					missing = append(missing, name)
+				}
+			}
+			return len(missing) == 0, nil
+		})
+		if err != nil {
+			t.Fatalf("/metrics has no sample of %v, which the alert rules name", missing)
+		}
+	})
+	t.Run("/statusz says what the daemon runs with; /proxyMode the mode", func(t *testing.T) {
+		var s status
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			code, body, err := get(ctx, d.Health+"/statusz")
+			if err != nil || code != http.StatusOK {
+				return false, nil
+			}
+			if err := json.Unmarshal([]byte(body), &s); err != nil {
+				return false, fmt.Errorf("/statusz is not JSON: %w\n%s", err, body)
+			}
+			le := s.LeaderElection
+			return le != nil && le.Leading && le.Leader != "" && le.BrokerRanges != "", nil
+		})
+		if err != nil {
+			t.Fatalf("/statusz never said this replica leads: %v\n%+v", err, s)
+		}
+		if s.Version != stampedVersion || s.Revision != "0123abcd" || s.ClusterID != m.ID {
+			t.Errorf("/statusz: version %q revision %q cluster %q, want %q 0123abcd %q", s.Version, s.Revision, s.ClusterID, stampedVersion, m.ID)
+		}
+		if s.ProxierMode != "nftables" || s.DNSGate != "cluster" || len(s.ClusterSetCIDRs) == 0 {
+			t.Errorf("/statusz: proxier mode %q, DNS gate %q, clusterset CIDRs %v; want nftables, cluster and the ranges", s.ProxierMode, s.DNSGate, s.ClusterSetCIDRs)
+		}
+		le := s.LeaderElection
+		if !le.Enabled || le.Leader != le.Identity || le.Lease != "mcsd-system/"+leaseName {
+			t.Errorf("/statusz: leader election %+v, want this replica (its identity) holding mcsd-system/%s", le, leaseName)
+		}
+		code, body, err := get(ctx, d.Health+"/proxyMode")
+		if err != nil || code != http.StatusOK || body != "nftables" {
+			t.Errorf("/proxyMode: %d %v %q, want nftables", code, err, body)
+		}
+	})
+	// waitEvent waits for an event of reason in namespace about the object
+	// named name whose message contains text.
+	waitEvent := func(t *testing.T, namespace, kind, name, reason, text string) corev1.Event {
+		t.Helper()
+		var found corev1.Event
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			events, err := m.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range events.Items {
+				if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason && strings.Contains(e.Message, text) {
+					found = e
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no %s event %q on %s %s/%s: %v", reason, text, kind, namespace, name, err)
+		}
+		return found
+	}
+	t.Run("the leader election records its events on the Lease", func(t *testing.T) {
+		e := waitEvent(t, "mcsd-system", "Lease", leaseName, "LeaderElection", "became leader")
+		if e.Source.Component != "mcsd" || e.Type != corev1.EventTypeNormal {
+			t.Errorf("leader election event from %q of type %s, want mcsd, Normal", e.Source.Component, e.Type)
+		}
+	})
+	t.Run("the node agent records its start on its Node, and a refused sync", func(t *testing.T) {
+		e := waitEvent(t, metav1.NamespaceDefault, "Node", node.Name, EventNodeAgentStarting, "proxier in nftables mode")
+		if e.Source.Component != "mcsd-node-agent" || e.Source.Host != node.Name {
+			t.Errorf("start event from %+v, want mcsd-node-agent on %s", e.Source, node.Name)
+		}
+		// What the proxier tells its SyncFailed hook when nft refuses a
+		// transaction (the proxier's tests show that it does), here
+		// through the daemon's recorder to the real API server.
+		events := newNodeEvents(m.Kube, node.Name)
+		defer events.stop()
+		events.syncFailed(corev1.IPv4Protocol, errors.New("nft: "+strings.Repeat("x", 2*maxEventMessage)))
+		e = waitEvent(t, metav1.NamespaceDefault, "Node", node.Name, EventSyncProxyRulesFailed, "IPv4 ClusterSetIP rules not synced: nft: xxx")
+		if e.Type != corev1.EventTypeWarning || len(e.Message) > maxEventMessage {
+			t.Errorf("sync failure event of type %s with a %d-byte message, want Warning, at most %d", e.Type, len(e.Message), maxEventMessage)
 		}
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/mcsd-io/mcsd/internal/controller"
 )
 
 // leaseName is the leader-election Lease in the local cluster.
@@ -35,13 +37,19 @@ func runElected(ctx context.Context, o *options, local *clients, ctrl *controlle
 		// for its own.
 		identity = fmt.Sprintf("%s_%s", host, uuid.NewUUID())
 	}
+	ctrl.election.identity.Store(&identity)
 	if _, err := local.kube.CoreV1().Namespaces().Get(ctx, o.leaderElectNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return fmt.Errorf("--leader-elect-namespace: namespace %q does not exist in the local cluster; create it or choose another", o.leaderElectNS)
 	}
+	// As kube-controller-manager's: "<identity> became leader" and
+	// "<identity> stopped leading" on the Lease, which kubectl describe
+	// shows with the holder.
+	recorder, stopEvents := controller.NewRecorder(local.kube, "mcsd")
+	defer stopEvents()
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaderElectNS, Name: leaseName},
 		Client:     local.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: nil},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
 	}
 	var runErr error
 	lostc := make(chan struct{})
@@ -64,6 +72,7 @@ func runElected(ctx context.Context, o *options, local *clients, ctrl *controlle
 				klog.FromContext(ctx).Info("Stopped leading", "identity", identity)
 			},
 			OnNewLeader: func(leader string) {
+				ctrl.election.leader.Store(&leader)
 				if leader != identity {
 					klog.FromContext(ctx).Info("Another replica leads the controllers", "leader", leader)
 				}

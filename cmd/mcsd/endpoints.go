@@ -16,9 +16,9 @@ import (
 )
 
 // serveEndpoints starts the /metrics (and /debug/pprof with --profiling) and the /healthz, /readyz and /livez
-// servers; both stop when ctx ends. A port that cannot be bound is an error
+// (with /statusz and /proxyMode) servers; both stop when ctx ends. A port that cannot be bound is an error
 // at once, naming the flag.
-func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, dp *nodeAgent, ctrl *controllers) error {
+func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prometheus.Registry, dp *nodeAgent, ctrl *controllers) error {
 	var health, readiness []healthz.HealthChecker
 	if dp != nil {
 		health = append(health, dp.healthChecks()...)
@@ -43,7 +43,9 @@ func serveEndpoints(ctx context.Context, o *options, reg *prometheus.Registry, d
 		}
 	}
 	if o.healthAddress != "" {
-		if err := listenAndServe(ctx, "health-address", o.healthAddress, healthMux(health, readiness)); err != nil {
+		mux := healthMux(health, readiness)
+		statusHandlers(mux, o, clusterID, dp, ctrl)
+		if err := listenAndServe(ctx, "health-address", o.healthAddress, mux); err != nil {
 			return err
 		}
 	}
@@ -88,7 +90,7 @@ func listenAndServe(ctx context.Context, flagName, addr string, h http.Handler) 
 	}()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "HTTP server failed", "flag", flagName, "address", addr)
+			klog.FromContext(ctx).Error(err, "HTTP server failed", "flag", flagName, "address", addr)
 		}
 	}()
 	return nil

@@ -41,6 +41,8 @@ type nodeAgent struct {
 	health   *proxier.Health
 	// fed is true once the proxier has been handed every initial object.
 	fed atomic.Bool
+	// events are recorded on this node's Node; nil without --node-name.
+	events *nodeEvents
 }
 
 func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.Registerer) (*nodeAgent, error) {
@@ -53,6 +55,9 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 		opts = caches.LocalOptions{SliceSelector: mcsslice.ImporterSelector}
 	}
 	dp := &nodeAgent{informers: caches.NewLocal(local.kube, local.mcs, 0, opts)}
+	if o.nodeName != "" {
+		dp.events = newNodeEvents(local.kube, o.nodeName)
+	}
 	if o.runs(componentDNS) {
 		dp.dnsIndex = dns.NewIndex(klog.Background().WithName("dns-index"))
 		srv, err := dns.New(dns.Config{
@@ -89,7 +94,11 @@ func newNodeAgent(o *options, local *clients, clusterID string, reg prometheus.R
 			}
 			dp.gate, observer = gate, gate
 		}
-		provider, health, err := newProxier(o, clusterID, reg, observer)
+		var syncFailed func(corev1.IPFamily, error)
+		if dp.events != nil {
+			syncFailed = dp.events.syncFailed
+		}
+		provider, health, err := newProxier(o, clusterID, reg, observer, syncFailed)
 		if err != nil {
 			return nil, err
 		}
@@ -122,8 +131,9 @@ func newGate(o *options, local *clients, imports cache.SharedIndexInformer, inde
 }
 
 // newProxier builds the proxier of --ip-families, programming nftables or
-// iptables (--proxier-mode) in the --netns namespace.
-func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver) (proxier.Provider, *proxier.Health, error) {
+// iptables (--proxier-mode) in the --netns namespace; syncFailed (nil:
+// nobody) is told of each sync the kernel refuses.
+func newProxier(o *options, clusterID string, reg prometheus.Registerer, observer proxier.VIPObserver, syncFailed func(corev1.IPFamily, error)) (proxier.Provider, *proxier.Health, error) {
 	health := proxier.NewHealth(o.healthTimeout, nil)
 	cfg := proxier.Config{
 		Mode:               o.proxierMode,
@@ -139,7 +149,9 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 		SyncPeriod:         o.syncPeriod,
 		FullSyncPeriod:     o.fullSync,
 		Registerer:         reg,
+		Logger:             klog.Background().WithName("proxier"),
 		Health:             health,
+		SyncFailed:         syncFailed,
 		VIPObserver:        observer,
 	}
 	var provider proxier.Provider
@@ -160,6 +172,10 @@ func newProxier(o *options, clusterID string, reg prometheus.Registerer, observe
 // rules are left in place on exit: traffic keeps flowing while mcsd
 // restarts, and the next start takes them over.
 func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error {
+	if dp.events != nil {
+		defer dp.events.stop()
+		dp.events.starting(o.components, dp.proxierMode())
+	}
 	errc := make(chan error, 3)
 	running := 0
 	var feed *proxier.Feed
@@ -195,7 +211,7 @@ func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error 
 	if feed != nil {
 		subscribers = append(subscribers, feed.SetGoneClusters)
 	}
-	watcher, err := liveness.NewWatcher(local.kube, o.leaderElectNS, subscribers...)
+	watcher, err := liveness.NewWatcher(klog.FromContext(ctx).WithName("liveness-watcher"), local.kube, o.leaderElectNS, subscribers...)
 	if err != nil {
 		return err
 	}
@@ -207,6 +223,14 @@ func (dp *nodeAgent) run(ctx context.Context, o *options, local *clients) error 
 		}
 	}
 	return nil
+}
+
+// proxierMode is the mode the proxier runs in; empty without one.
+func (dp *nodeAgent) proxierMode() string {
+	if m, ok := dp.provider.(interface{ Mode() proxier.Mode }); ok {
+		return string(m.Mode())
+	}
+	return ""
 }
 
 // serveDNS opens the DNS listeners inside --netns, so pods of the node reach
@@ -233,7 +257,7 @@ func (dp *nodeAgent) serveDNS(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
+	klog.FromContext(ctx).Info("Serving clusterset DNS", "zone", o.dnsZone, "listen", o.dnsListen, "netns", o.netns, "udpSockets", len(pcs))
 	dp.dnsCheck.serving(pcs[0].LocalAddr())
 	return dp.dnsServer.ServeUDP(ctx, pcs, ln)
 }

@@ -68,6 +68,7 @@ func (o *options) rangesWithBroker(s broker.Settings) (broker.Ranges, error) {
 type rangesWatch struct {
 	running  broker.Ranges
 	recorder kuberecord.EventRecorder
+	logger   klog.Logger
 	// object is what the events are about.
 	object func() runtime.Object
 
@@ -85,7 +86,7 @@ func (w *rangesWatch) observe(obj any) {
 	}
 	s, err := broker.ParseSettings(cm)
 	if err != nil {
-		klog.ErrorS(err, "Ignoring the broker's settings", "settings", klog.KObj(cm))
+		w.logger.Error(err, "Ignoring the broker's settings", "settings", klog.KObj(cm))
 		return
 	}
 	now := s.Ranges()
@@ -95,7 +96,7 @@ func (w *rangesWatch) observe(obj any) {
 		return
 	}
 	w.reported = now.String()
-	klog.InfoS("The broker's clusterset ranges changed; keeping the ranges, blocks and ClusterSetIPs this cluster runs with until mcsd restarts",
+	w.logger.Info("The broker's clusterset ranges changed; keeping the ranges, blocks and ClusterSetIPs this cluster runs with until mcsd restarts",
 		"settings", klog.KObj(cm), "broker", now.String(), "running", w.running.String())
 	w.recorder.Eventf(w.object(), corev1.EventTypeWarning, EventClusterSetRangesChanged,
 		"The broker's settings %s/%s now say %s; this cluster keeps running with %s, its blocks and ClusterSetIPs until mcsd restarts (README, \"Changing the clusterset ranges\")",

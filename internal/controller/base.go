@@ -41,6 +41,7 @@ func NewBase(name string, s Shared, m *Metrics) (*Base, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	s.Logger = s.Logger.WithName(name)
 	return &Base{
 		Shared:  s,
 		Queue:   newQueue(name, s.Clock),

@@ -29,11 +29,11 @@ type conditionGauge struct {
 
 type conditionState struct{ typ, status, reason string }
 
-// New returns a gauge named name with labels condition, status and reason;
-// register its Collector.
-func newConditionGauge(name, help string) *conditionGauge {
+// newConditionGauge returns the gauge mcsd_<subsystem>_<name> with labels
+// condition, status and reason; register its Collector.
+func newConditionGauge(subsystem, name, help string) *conditionGauge {
 	return &conditionGauge{
-		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mcsd", Name: name, Help: help},
+		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts(MetricOpts(subsystem, name, help)),
 			[]string{"condition", "status", "reason"}),
 		current: map[[2]string][]conditionState{},
 	}

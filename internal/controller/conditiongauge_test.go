@@ -10,7 +10,7 @@ import (
 )
 
 func TestGaugeCountsObjectsByCondition(t *testing.T) {
-	g := newConditionGauge("things_by_condition", "Things by condition, status and reason.")
+	g := newConditionGauge("thinger", "things_by_condition", "Things by condition, status and reason.")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(g.Collector())
 
@@ -21,11 +21,11 @@ func TestGaugeCountsObjectsByCondition(t *testing.T) {
 	g.Set("ns", "b", metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"})
 	g.Set("ns", "c", metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Pending"})
 	want := `
-# HELP mcsd_things_by_condition Things by condition, status and reason.
-# TYPE mcsd_things_by_condition gauge
-mcsd_things_by_condition{condition="Ready",reason="Pending",status="False"} 1
-mcsd_things_by_condition{condition="Ready",reason="Ready",status="True"} 2
-mcsd_things_by_condition{condition="Valid",reason="Valid",status="True"} 1
+# HELP mcsd_thinger_things_by_condition Things by condition, status and reason.
+# TYPE mcsd_thinger_things_by_condition gauge
+mcsd_thinger_things_by_condition{condition="Ready",reason="Pending",status="False"} 1
+mcsd_thinger_things_by_condition{condition="Ready",reason="Ready",status="True"} 2
+mcsd_thinger_things_by_condition{condition="Valid",reason="Valid",status="True"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -35,11 +35,11 @@ mcsd_things_by_condition{condition="Valid",reason="Valid",status="True"} 1
 		g.Forget("ns", "a")
 		g.Forget("ns", "never-seen")
 		want := `
-# HELP mcsd_things_by_condition Things by condition, status and reason.
-# TYPE mcsd_things_by_condition gauge
-mcsd_things_by_condition{condition="Ready",reason="Pending",status="False"} 1
-mcsd_things_by_condition{condition="Ready",reason="Ready",status="True"} 1
-mcsd_things_by_condition{condition="Valid",reason="Valid",status="True"} 0
+# HELP mcsd_thinger_things_by_condition Things by condition, status and reason.
+# TYPE mcsd_thinger_things_by_condition gauge
+mcsd_thinger_things_by_condition{condition="Ready",reason="Pending",status="False"} 1
+mcsd_thinger_things_by_condition{condition="Ready",reason="Ready",status="True"} 1
+mcsd_thinger_things_by_condition{condition="Valid",reason="Valid",status="True"} 0
 `
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 			t.Fatal(err)

@@ -23,7 +23,8 @@ type Metrics struct {
 
 // MetricsOpts name a controller's metrics and say what they count.
 type MetricsOpts struct {
-	// Subsystem is the controller's: mcsd_<subsystem>_syncs_total.
+	// Subsystem is the controller's: mcsd_<subsystem>_syncs_total, and
+	// mcsd_<subsystem>_<ConditionsName>.
 	Subsystem                      string
 	SyncsHelp, SyncDurationHelp    string
 	WritesName, WritesHelp         string
@@ -48,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer, o MetricsOpts, extra ...prometheus.Co
 			Help: o.SyncDurationHelp, Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 		writes:     prometheus.NewCounterVec(prometheus.CounterOpts(MetricOpts(o.Subsystem, o.WritesName, o.WritesHelp)), []string{"kind", "operation"}),
-		conditions: newConditionGauge(o.ConditionsName, o.ConditionsHelp),
+		conditions: newConditionGauge(o.Subsystem, o.ConditionsName, o.ConditionsHelp),
 		conflicts:  o.Conflicts,
 	}
 	if reg != nil {

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	kuberecord "k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
@@ -39,6 +40,10 @@ type Shared struct {
 	Clock clock.WithTicker
 	// Workers is the number of keys synced at once (default 4).
 	Workers int
+	// Logger is what the controller logs with where no context carries
+	// one: its event handlers, and what it is told from outside (nil sink:
+	// klog.Background()). A controller adds its name.
+	Logger klog.Logger
 }
 
 // DefaultWorkers is Shared.Workers when it is not set.
@@ -58,6 +63,9 @@ func (s Shared) WithDefaults() (Shared, error) {
 	}
 	if s.Workers <= 0 {
 		s.Workers = DefaultWorkers
+	}
+	if s.Logger.GetSink() == nil {
+		s.Logger = klog.Background()
 	}
 	return s, nil
 }

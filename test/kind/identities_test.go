@@ -59,7 +59,11 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		{nodeAgentSA, "update serviceexports.multicluster.x-k8s.io --subresource=status -n default", "no"},
 		{nodeAgentSA, "list serviceexports.multicluster.x-k8s.io -A", "no"},
 		{nodeAgentSA, "list services -A", "no"},
-		{nodeAgentSA, "create events -n default", "no"},
+		// Events on its Node (namespace default), as kube-proxy's
+		// system:node-proxier records them; it reads and deletes none.
+		{nodeAgentSA, "create events -n default", "yes"},
+		{nodeAgentSA, "list events -n default", "no"},
+		{nodeAgentSA, "delete events -n default", "no"},
 		{nodeAgentSA, "delete leases.coordination.k8s.io/mcsd-node-" + node + " -n mcsd-system", "no"},
 		{nodeAgentSA, "update leases.coordination.k8s.io/x -n default", "no"},
 		{nodeAgentSA, "list pods -A", "no"},

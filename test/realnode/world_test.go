@@ -12,7 +12,8 @@
 //
 // Every test shares one clusterset, started by the first test that runs and
 // torn down when the package's tests end; TestRealNodes runs them in order,
-// and its uninstall, last, removes what the install put in.
+// and its uninstall, last, removes what the install put in. TestDocs, the
+// documentation's commands, starts a clusterset of its own without mcsd.
 package realnode
 
 import (
@@ -85,8 +86,7 @@ func TestMain(m *testing.M) {
 // receives the install's figures).
 func setup(t *testing.T) *world {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "etcd", "nft", "iptables", "nsenter", "unshare", "runc", "gcc", "mmdebstrap")
+	requireRealNodes(t)
 	worldOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
@@ -101,9 +101,52 @@ func setup(t *testing.T) *world {
 	return shared
 }
 
+// requireRealNodes skips the test where real nodes cannot run.
+func requireRealNodes(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "etcd", "nft", "iptables", "nsenter", "unshare", "runc", "gcc", "mmdebstrap")
+}
+
 // install starts the clusterset and installs mcsd in it as the README
 // says, logging how long each step took.
 func install(ctx context.Context, t *testing.T) (*world, error) {
+	began := time.Now()
+	w, err := start(ctx, t)
+	if err != nil {
+		return w, err
+	}
+	if err := w.installBroker(ctx); err != nil {
+		return w, err
+	}
+	for _, m := range w.members {
+		step := time.Now()
+		if err := w.joinWatched(ctx, t, m, w.mcsd[0], w.joinArgs(m, w.mcsd[0])...); err != nil {
+			return w, err
+		}
+		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join began", m.Name, time.Since(step).Round(10*time.Millisecond))
+	}
+	for _, m := range w.members {
+		if m.id, err = clusterID(ctx, m); err != nil {
+			return w, err
+		}
+		if err := w.startClients(ctx, m); err != nil {
+			return w, err
+		}
+	}
+	for _, m := range w.members {
+		if err := awaitClustersetZone(ctx, t, m); err != nil {
+			return w, err
+		}
+	}
+	t.Logf("figure: installed and ready %v after start", time.Since(began).Round(10*time.Millisecond))
+	return w, nil
+}
+
+// start starts a clusterset of two members of two real nodes each, with
+// the images imported into every node, kubectl and kubectl-mcs built, and
+// each member's own CoreDNS: clusters without mcsd.
+func start(ctx context.Context, t *testing.T) (*world, error) {
 	began := time.Now()
 	root, err := repo.Root()
 	if err != nil {
@@ -154,36 +197,12 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 		}
 	}
 	t.Logf("figure: 4 images imported into every node in %v", time.Since(step).Round(10*time.Millisecond))
-	if err := w.installBroker(ctx); err != nil {
-		return w, err
-	}
 	for _, m := range w.members {
 		// The cluster's own DNS, there before mcsd.
 		if err := w.installCoreDNS(ctx, m); err != nil {
 			return w, err
 		}
 	}
-	for _, m := range w.members {
-		step := time.Now()
-		if err := w.joinWatched(ctx, t, m, w.mcsd[0], w.joinArgs(m, w.mcsd[0])...); err != nil {
-			return w, err
-		}
-		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join began", m.Name, time.Since(step).Round(10*time.Millisecond))
-	}
-	for _, m := range w.members {
-		if m.id, err = clusterID(ctx, m); err != nil {
-			return w, err
-		}
-		if err := w.startClients(ctx, m); err != nil {
-			return w, err
-		}
-	}
-	for _, m := range w.members {
-		if err := awaitClustersetZone(ctx, t, m); err != nil {
-			return w, err
-		}
-	}
-	t.Logf("figure: installed and ready %v after start", time.Since(began).Round(10*time.Millisecond))
 	return w, nil
 }
 

@@ -107,3 +107,14 @@ rollingUpdate:
 {{- end }}
 {{- end -}}
 
+
+{{/*
+"true" when /metrics listens where others than the node's own processes
+reach it (metrics.bindAddress not loopback): only then do the pods declare
+a metrics port and may a PodMonitor scrape it.
+*/}}
+{{- define "mcsd.metricsReachable" -}}
+{{- if not (has .Values.metrics.bindAddress (list "127.0.0.1" "localhost" "::1" "[::1]")) -}}
+true
+{{- end -}}
+{{- end -}}

@@ -17,7 +17,7 @@ func TestOutermostUnder(t *testing.T) {
 		paths []string
 		want  []string
 	}{
-		{"nothing below", "/tmp", []string{"/usr/lib/cni", "/work/.cache/k8s", "/tmpfs/x"}, nil},
+		{"nothing below", "/tmp", []string{"/usr/lib/cni", "/srv/cache/k8s", "/tmpfs/x"}, nil},
 		{"nested and repeated", "/tmp", []string{"/tmp/a/.cache/k8s/v1", "/tmp/a", "/tmp/a/.cache/containerd/v2", "/tmp/a"}, []string{"/tmp/a"}},
 		{"a sibling sharing a prefix", "/tmp", []string{"/tmp/a/b", "/tmp/a-b", "/tmp/a"}, []string{"/tmp/a", "/tmp/a-b"}},
 		{"the target itself", "/var/lib", []string{"/var/lib/x", "/var/lib"}, []string{"/var/lib"}},

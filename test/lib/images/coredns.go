@@ -3,10 +3,7 @@ package images
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -17,21 +14,7 @@ import (
 // once per version into the cache (a few minutes the first time), and
 // returns its path.
 func CoreDNSBinary(ctx context.Context) (string, error) {
-	root, err := repo.Root()
-	if err != nil {
-		return "", err
-	}
-	cache, err := repo.Cache()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "test/tools/coredns/build.sh"), filepath.Join(cache, "coredns"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("building CoreDNS: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "coredns"), nil
+	return repo.Tool(ctx, "coredns", "coredns")
 }
 
 // CoreDNS is the pinned CoreDNS alone in an image, tagged with its release.
