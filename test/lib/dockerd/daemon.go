@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,12 +36,13 @@ const (
 // nsSetup runs as the init of the daemon's namespaces, before it becomes
 // docker-init: a /proc of its PID namespace, a private /run (dockerd's
 // exec root, containerd's state and the shims' sockets under
-// /run/containerd, all gone with the namespace) and the loopback up, on
-// which published ports listen.
+// /run/containerd, all gone with the namespace), a complete set of cgroup
+// hierarchies (cgroups.go) and the loopback up, on which published ports
+// listen.
 const nsSetup = `set -e
 mount -t proc proc /proc
 mount -t tmpfs -o mode=0755 tmpfs /run
-ip link set lo up
+` + cgroupsSetup + `ip link set lo up
 exec "$@"`
 
 // daemon is a private dockerd and its namespaces.
@@ -110,7 +112,11 @@ func (d *daemon) start(ctx context.Context, bins map[string]string) (*Engine, er
 	}
 	d.cmd = exec.Command("/bin/sh", args...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
-	d.cmd.Env = append(os.Environ(), "RUNC="+bins["runc"])
+	missing, err := unmountedHierarchies()
+	if err != nil {
+		return nil, fmt.Errorf("finding the cgroup hierarchies the machine leaves unmounted: %w", err)
+	}
+	d.cmd.Env = append(os.Environ(), "RUNC="+bins["runc"], "MCSD_CGROUP_MISSING="+strings.Join(missing, " "))
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET,
 		// Go makes every mount of the new mount namespace private.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,7 @@ func TestPrivateDaemonRunsPrivilegedContainersAndLeavesNothing(t *testing.T) {
 
 	began = time.Now()
 	out, err := e.Docker(ctx, "run", "--rm", "--privileged", testImage, "sh", "-c",
-		"grep CapEff /proc/self/status && mount -t tmpfs probe /mnt && grep ' /mnt ' /proc/mounts")
+		"grep CapEff /proc/self/status && mount -t tmpfs probe /mnt && grep ' /mnt ' /proc/mounts && cat /proc/self/cgroup")
 	if err != nil {
 		t.Fatalf("a privileged container did not run: %v\ndockerd's log:\n%s", err, logOf(e))
 	}
@@ -65,6 +66,13 @@ func TestPrivateDaemonRunsPrivilegedContainersAndLeavesNothing(t *testing.T) {
 	checkPrivileged(t, "the privileged container", capabilitiesIn(t, out, "CapEff"), bounding)
 	if !strings.Contains(out, "probe /mnt tmpfs") {
 		t.Errorf("the privileged container could not mount a tmpfs:\n%s", out)
+	}
+	// A kubelet in a container (a kind node's) needs every controller the
+	// kernel has, mounted or not on the machine.
+	for _, c := range enabledControllers(t) {
+		if !regexp.MustCompile(`(?m)^\d+:([a-z_]+,)*` + c + `(,[a-z_]+)*:/`).MatchString(out) {
+			t.Errorf("the container is in no %s cgroup:\n%s", c, out)
+		}
 	}
 
 	if _, err := e.Docker(ctx, "run", "-d", "--privileged", "--name", "resident", testImage, "sleep", "infinity"); err != nil {
@@ -240,6 +248,23 @@ func cgroupsOf(runID string) []string {
 	found, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/mcsd-dockerd", runID))
 	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/mcsd-dockerd", runID, "*"))
 	return append(found, more...)
+}
+
+// enabledControllers are the cgroup v1 controllers the kernel enables.
+func enabledControllers(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 4 && !strings.HasPrefix(f[0], "#") && f[3] == "1" {
+			found = append(found, f[0])
+		}
+	}
+	return found
 }
 
 // existing returns which of the paths exist.

@@ -65,9 +65,15 @@ func CleanStale() ([]string, error) {
 	for _, e := range entries {
 		runs[e.Name()] = true
 	}
-	groups, _ := filepath.Glob(filepath.Join(cgroupBase, "*", cgroupGroup, "*"))
-	for _, g := range groups {
-		runs[filepath.Base(g)] = true
+	err = eachHierarchy(func(root string) error {
+		groups, _ := filepath.Glob(filepath.Join(root, cgroupGroup, "*"))
+		for _, g := range groups {
+			runs[filepath.Base(g)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var removed []string
 	var errs []error
@@ -114,18 +120,32 @@ func killInit(file string) error {
 	}
 }
 
+// eachHierarchy calls visit with the root of every cgroup hierarchy a
+// private daemon's containers may have cgroups in: the machine's, and
+// those only the daemons mount (cgroups.go).
+func eachHierarchy(visit func(root string) error) error {
+	var errs []error
+	roots, _ := filepath.Glob(filepath.Join(cgroupBase, "*"))
+	for _, root := range roots {
+		errs = append(errs, visit(root))
+	}
+	errs = append(errs, visitUnmountedHierarchies(visit))
+	return errors.Join(errs...)
+}
+
 // removeRun removes a run's cgroups and state directory. Its processes
 // must be gone.
 func removeRun(runID string) error {
-	var errs []error
-	hierarchies, _ := filepath.Glob(filepath.Join(cgroupBase, "*", cgroupGroup))
-	for _, h := range hierarchies {
-		if err := cgroup.RemoveTree(filepath.Join(h, runID), time.Now().Add(30*time.Second)); err != nil {
-			errs = append(errs, err)
+	errs := []error{eachHierarchy(func(root string) error {
+		group := filepath.Join(root, cgroupGroup)
+		if _, err := os.Stat(group); err != nil {
+			return nil
 		}
+		err := cgroup.RemoveTree(filepath.Join(group, runID), time.Now().Add(30*time.Second))
 		// The group's directory goes with its last run.
-		_ = syscall.Rmdir(h)
-	}
+		_ = syscall.Rmdir(group)
+		return err
+	})}
 	if err := os.RemoveAll(filepath.Join(StateBase(), runID)); err != nil {
 		errs = append(errs, err)
 	}
