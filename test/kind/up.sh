@@ -18,30 +18,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 require docker kind kubectl
 mkdir -p "$KIND_WORK"
 
-create_cluster() {
-  local name=$1 pods=$2 services=$3
-  if kind get clusters 2>/dev/null | grep -qx "$name"; then
-    log "kind cluster $name exists"
-    return
-  fi
-  log "Creating kind cluster $name (pods $pods, services $services)"
-  cat >"$KIND_WORK/$name.yaml" <<YAML
-kind: Cluster
-apiVersion: kind.x-k8s.io/v1alpha4
-networking:
-  podSubnet: "$pods"
-  serviceSubnet: "$services"
-nodes:
-- role: control-plane
-- role: worker
-YAML
-  local args=(--name "$name" --config "$KIND_WORK/$name.yaml" --wait 5m)
-  if [[ -n "$KIND_NODE_IMAGE" ]]; then
-    args+=(--image "$KIND_NODE_IMAGE")
-  fi
-  kind create cluster "${args[@]}"
-}
-
 # Every node of cluster $1 routes the pod range of every node of cluster $2
 # to that node's address on the kind docker network.
 add_routes() {
@@ -55,11 +31,6 @@ add_routes() {
       docker exec "$node" ip route replace "$cidr" via "$via"
     done <<<"$routes"
   done
-}
-
-pod_cidrs_assigned() {
-  local ctx=$1
-  ! kubectl --context "$ctx" get nodes -o jsonpath='{range .items[*]}{.spec.podCIDR}{"\n"}{end}' | grep -qx ''
 }
 
 # A kustomize overlay of manifests/mcsd with this repository's image and the
@@ -131,6 +102,8 @@ configure_coredns() {
 
 create_cluster "$C1" "$POD_CIDR1" "$SVC_CIDR1"
 create_cluster "$C2" "$POD_CIDR2" "$SVC_CIDR2"
+install_cni "$C1"
+install_cni "$C2"
 
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   log "Building $IMAGE"
@@ -140,8 +113,6 @@ for c in "$C1" "$C2"; do
   kind load docker-image "$IMAGE" --name "$c"
 done
 
-retry 120 pod_cidrs_assigned "$CTX1"
-retry 120 pod_cidrs_assigned "$CTX2"
 add_routes "$C1" "$C2"
 add_routes "$C2" "$C1"
 
