@@ -102,14 +102,15 @@ func (k *kindEnv) script(ctx context.Context, t *testing.T, body string, args ..
 	return strings.TrimSpace(stdout.String())
 }
 
-// diagnose logs what a failed step leaves to read: each node's kubelet and
-// containerd logs.
+// diagnose logs what a failed step leaves to read: each node's containers
+// and the ends of their logs, and its kubelet's and containerd's.
 func (k *kindEnv) diagnose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, _ := k.engine.Docker(ctx, "ps", "-a", "--format", "{{.Names}}")
 	for _, node := range strings.Fields(out) {
-		logs, _ := k.engine.Docker(ctx, "exec", node, "journalctl", "--no-pager", "-n", "60", "-u", "kubelet", "-u", "containerd")
+		logs, _ := k.engine.Docker(ctx, "exec", node, "sh", "-c",
+			`crictl ps -a; for c in $(crictl ps -a -q); do echo "--- $(crictl inspect -o go-template --template '{{.status.metadata.name}}' $c)"; crictl logs --tail 15 $c 2>&1; done; journalctl --no-pager -n 30 -u kubelet -u containerd`)
 		t.Logf("node %s:\n%s", node, logs)
 	}
 }

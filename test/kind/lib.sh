@@ -18,6 +18,9 @@ SVC_CIDR2=${SVC_CIDR2:-10.121.0.0/16}
 # The image built from the Dockerfile and loaded into both clusters. Keep a
 # tag other than "latest", so that kubelet does not try to pull it.
 IMAGE=${IMAGE:-ghcr.io/mcsd-io/mcsd:dev}
+# An archive holding IMAGE (make image writes bin/mcsd-image.tar), loaded
+# with kind load image-archive; empty: IMAGE is built with docker build.
+IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-}
 # kind node image (empty: kind's default).
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
 # Worker nodes of each cluster, beside its control plane.
