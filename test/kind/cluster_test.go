@@ -3,12 +3,14 @@ package kind
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcsd-io/mcsd/test/lib/dockerd"
+	"github.com/mcsd-io/mcsd/test/lib/images"
 	"github.com/mcsd-io/mcsd/test/lib/kindnode"
 	"github.com/mcsd-io/mcsd/test/lib/repo"
 	"github.com/mcsd-io/mcsd/test/lib/testenv"
@@ -112,5 +114,105 @@ func (k *kindEnv) diagnose(t *testing.T) {
 		logs, _ := k.engine.Docker(ctx, "exec", node, "sh", "-c",
 			`crictl ps -a; for c in $(crictl ps -a -q); do echo "--- $(crictl inspect -o go-template --template '{{.status.metadata.name}}' $c)"; crictl logs --tail 15 $c 2>&1; done; journalctl --no-pager -n 30 -u kubelet -u containerd`)
 		t.Logf("node %s:\n%s", node, logs)
+	}
+}
+
+// The README's path on two kind clusters, as test/kind/up.sh takes it:
+// both clusters come up on the node image built here with the scripts'
+// CNI and routes between their pod networks, mcsd's image is loaded with
+// kind load image-archive, the broker is installed with kubectl mcs broker
+// install and both clusters join with kubectl mcs join, which configures
+// their CoreDNS. Then a service exported in the second cluster answers, by
+// its clusterset name, a pod of the first, from one of the second's pods.
+func TestKindTwoClustersEndToEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "mmdebstrap", "go")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	k := newKindEnv(ctx, t)
+
+	began := time.Now()
+	mcsd, err := images.MCSD(ctx, "v0.0.0-kind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err := images.Echo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "kubectl-mcs"), "./cmd/kubectl-mcs")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kubectl-mcs: %v\n%s", err, out)
+	}
+	t.Logf("mcsd image %s, echo image %s and kubectl-mcs in %v", mcsd.Ref, echo.Ref, time.Since(began).Round(time.Millisecond))
+	for i, kv := range k.env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			k.env[i] = "PATH=" + bin + ":" + p
+		}
+	}
+	k.env = append(k.env, "C1=mcsd-kind1", "C2=mcsd-kind2", "IMAGE="+mcsd.Ref, "IMAGE_ARCHIVE="+mcsd.Path)
+
+	// down.sh first, so that a failed up.sh is cleaned up too.
+	down, err := filepath.Abs("down.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.script(context.Background(), t, `"$1"`, down) })
+	up, err := filepath.Abs("up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	k.script(ctx, t, `"$1"`, up)
+	t.Logf("up.sh: two clusters joined in %v", time.Since(began).Round(time.Millisecond))
+
+	began = time.Now()
+	k.script(ctx, t, `kind load image-archive "$1" --name "$C2"
+for ctx in "$CTX1" "$CTX2"; do kubectl --context "$ctx" create namespace kind-e2e; done
+kubectl --context "$CTX2" -n kind-e2e apply -f - <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers:
+      - name: echo
+        image: $2
+        imagePullPolicy: Never
+        env:
+        - {name: CLUSTER, value: "$C2"}
+        - name: POD_IPS
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+        - name: POD_NAME
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{port: 8080}]
+---
+apiVersion: multicluster.x-k8s.io/v1beta1
+kind: ServiceExport
+metadata: {name: echo}
+YAML
+kubectl --context "$CTX1" -n kind-e2e run client --image="$IMAGE" --image-pull-policy=Never --restart=Never --command -- sleep infinity
+kubectl --context "$CTX2" -n kind-e2e rollout status deployment echo --timeout=5m
+kubectl --context "$CTX1" -n kind-e2e wait --for=condition=Ready pod/client --timeout=5m`, echo.Path, echo.Ref)
+	reply := k.script(ctx, t, `answer() {
+  kubectl --context "$CTX1" -n kind-e2e exec client -- \
+    bash -c 'exec 3<>/dev/tcp/echo.kind-e2e.svc.clusterset.local/8080 && head -n 1 <&3'
+}
+retry 300 answer`)
+	t.Logf("from a pod of the first cluster, echo.kind-e2e.svc.clusterset.local answered %q in %v", reply, time.Since(began).Round(time.Millisecond))
+	if f := strings.Fields(reply); len(f) != 3 || f[1] != "mcsd-kind2" || !strings.HasPrefix(f[0], "10.120.") {
+		t.Errorf("the reply %q is not from a pod of the second cluster (10.120.0.0/16, mcsd-kind2)", reply)
 	}
 }
