@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -306,42 +303,6 @@ func eventOn(ctx context.Context, c *harness.Cluster, namespace, reason, text st
 	})
 	if err != nil {
 		return fmt.Errorf("no Event %s mentioning %q in %s/%s; events: %v", reason, text, c.Name, namespace, seen)
-	}
-	return nil
-}
-
-// metricReaches waits until the daemon's /metrics has a sample of name
-// whose labels contain labels and whose value is at least min.
-func metricReaches(ctx context.Context, d *fixture.Daemon, name, labels string, min float64) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.Metrics, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, nil
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
-				continue
-			}
-			last = line
-			fields := strings.Fields(line)
-			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil && v >= min {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s{%s} did not reach %v on %s (last: %q)", name, labels, min, d.Member.ID, last)
 	}
 	return nil
 }
