@@ -45,6 +45,9 @@ const (
 	// Skip: the check could not run, because an earlier one failed or
 	// what it needs is absent.
 	Skip = "SKIP"
+	// Warn: nothing is broken, but something is open that the operator
+	// would likely close; it does not fail the run.
+	Warn = "WARN"
 )
 
 // Check is the outcome of one check.
@@ -146,8 +149,9 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 			r.blocks()
 			r.clocks()
 			r.cidrs(ctx)
+			r.exportRules(ctx)
 		} else {
-			for _, n := range []string{"declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+			for _, n := range []string{"declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs", "export rules"} {
 				r.skip(n, "the broker cannot be read")
 			}
 		}
@@ -255,7 +259,7 @@ func (r *run) credentials(ctx context.Context) bool {
 	cfg, ns, err := membership.BrokerConfig(ctx, r.kube)
 	if err != nil {
 		r.add(name, Fail, err.Error(), "join the cluster: kubectl mcs join --broker-context BROKER --context MEMBER --pod-cidrs ...")
-		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs", "export rules"} {
 			r.skip(n, "no broker credentials")
 		}
 		return false
