@@ -162,8 +162,8 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	c1, c2 := cs.Members[0], cs.Members[1]
 
 	out := mcs.must(ctx, "broker", "install", "--broker-context", "broker")
-	if !strings.Contains(out, "broker installed") {
-		t.Fatalf("broker install said %q", out)
+	if !strings.Contains(out, "broker installed") || !strings.Contains(out, "kubectl mcs broker export-rules set NS --members ID[,ID...] --broker-context BROKER") {
+		t.Fatalf("broker install said %q, want the broker installed and the export-rules hint", out)
 	}
 
 	// cluster1's ID is its kube-system UID; cluster2 has recorded its own.
@@ -192,6 +192,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		}
 		if want := "cluster " + j.id + " joined"; !strings.Contains(out, want) {
 			t.Fatalf("join %s said %q, want %q\n%s", j.c.Name, out, want, errOut)
+		}
+		if want := "export-rules set NS --members " + j.id + "[,ID...]"; !strings.Contains(out, want) {
+			t.Errorf("join %s said %q, want the export-rules hint %q", j.c.Name, out, want)
 		}
 		members[j.c.Name] = member(ctx, t, j.c, j.id)
 	}
@@ -277,6 +280,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		checks, fail := mcs.diagnose(ctx, "cluster1")
 		if fail || len(failed(checks)) > 0 {
 			t.Errorf("diagnose cluster1 failed: %v", failed(checks))
+		}
+		if c := checks["export rules"]; c.Result != diagnose.Pass || !strings.HasPrefix(c.Detail, "no namespace is exported by more than one member") {
+			t.Errorf("export rules with shop exported by cluster2 alone: %+v", c)
 		}
 		if len(checks) < 14 {
 			t.Errorf("diagnose ran %d checks: %v", len(checks), checks)
@@ -402,7 +408,7 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		mcs.must(ctx, "broker", "export-rules", "delete", "stock", "--broker-context", "broker")
 
 		checks, fail = mcs.diagnose(ctx, "cluster1")
-		if c := checks["export rules"]; fail || c.Result != diagnose.Pass {
+		if c := checks["export rules"]; fail || c.Result != diagnose.Pass || !strings.Contains(c.Detail, "every namespace that several members export (1)") {
 			t.Errorf("export rules check under rule shop: failed %v, %+v", fail, c)
 		}
 	})

@@ -1,8 +1,10 @@
 // Package diagnose checks one member cluster's part of a clusterset, each
 // check passing or failing with what to do about it: the CRDs, the cluster
 // ID, the member's broker credentials and what the broker lets them do,
-// ClusterSetIP blocks, clocks, declared CIDRs, CoreDNS, the node agents,
-// and whether its pods and those of other members reach each other. It
+// ClusterSetIP blocks, clocks, declared CIDRs, namespaces that several
+// members export without an export rule (a warning), CoreDNS, the node
+// agents, and whether its pods and those of other members reach each
+// other. It
 // reads, makes dry-run writes on the broker as the member, and runs
 // short-lived probe pods in mcsd's namespace of the members it checks
 // reachability with, which it removes.

@@ -34,10 +34,15 @@ func (r *run) exportRules(ctx context.Context) {
 	if r.namespace != broker.DefaultNamespace {
 		brokerFlags += " --broker-namespace " + r.namespace
 	}
+	var shared int
 	var open, fixes []string
 	for _, ns := range slices.Sorted(maps.Keys(exporters)) {
 		members := slices.Sorted(maps.Keys(exporters[ns]))
-		if len(members) < 2 || slices.ContainsFunc(rules, func(rule broker.ExportRule) bool { return rule.Covers(ns) }) {
+		if len(members) < 2 {
+			continue
+		}
+		shared++
+		if slices.ContainsFunc(rules, func(rule broker.ExportRule) bool { return rule.Covers(ns) }) {
 			continue
 		}
 		open = append(open, fmt.Sprintf("%s (exported by %s)", ns, strings.Join(members, ",")))
@@ -48,5 +53,9 @@ func (r *run) exportRules(ctx context.Context) {
 			"if only these members should export them, say so (add the others that may): "+strings.Join(fixes, "; "))
 		return
 	}
-	r.add(name, Pass, fmt.Sprintf("every namespace that several members export is under an export rule (%d rules)", len(rules)), "")
+	if shared == 0 {
+		r.add(name, Pass, fmt.Sprintf("no namespace is exported by more than one member (%d export rules)", len(rules)), "")
+		return
+	}
+	r.add(name, Pass, fmt.Sprintf("every namespace that several members export (%d) is under an export rule", shared), "")
 }

@@ -259,11 +259,13 @@ func tieRace(t *testing.T, s *attackSite) string {
 		name := fmt.Sprintf("tie-%d", i)
 		raceCtx, stop := context.WithCancel(s.ctx)
 		var tries atomic.Int64
+		var sent []time.Time // when each try was sent, on the race's goroutine
 		results := make(chan error, 1)
 		started := make(chan struct{})
 		go func() {
 			defer close(results)
 			for raceCtx.Err() == nil {
+				sent = append(sent, time.Now())
 				err := s.writeRecord(s.attackRecord(keptNamespace, name, func(e *record.Export) {
 					e.VIPs = []string{nthAddr(s.attacker.Blocks[corev1.IPv4Protocol], 50+i).String()}
 				}))
@@ -286,7 +288,20 @@ func tieRace(t *testing.T, s *attackSite) string {
 		if err := <-results; err != nil {
 			t.Fatalf("cluster3's record of kept/%s, raced with cluster1's: %v", name, err)
 		}
-		t.Logf("kept/%s: cluster3's %d tries during cluster1's export refused", name, tries.Load())
+		// Records are ordered by their creationTimestamp, to the second:
+		// how many tries fell in the second of cluster1's record.
+		theirs, err := s.cs.Broker.MCS.MulticlusterV1beta1().ServiceImports(s.victim.BrokerNamespace()).Get(s.ctx, record.Name(s.victim.ID, keptNamespace, name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := theirs.CreationTimestamp.Time
+		tied := 0
+		for _, at := range sent {
+			if at.Truncate(time.Second).Equal(second) {
+				tied++
+			}
+		}
+		t.Logf("kept/%s: cluster3's %d tries during cluster1's export refused, %d of them in the second of cluster1's record (%s)", name, tries.Load(), tied, second.Format(time.RFC3339))
 		s.ownersHold(t, name)
 		s.noRecordOfAttacker(t, name)
 	}
