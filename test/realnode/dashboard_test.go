@@ -1,0 +1,107 @@
+package realnode
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcsd-io/mcsd/test/lib/dashboard"
+)
+
+// testDashboardSeriesLive holds every query of the chart's Grafana
+// dashboard against the live /metrics of every mcsd pod of the clusterset:
+// each series a query names is exported by at least one of them. The
+// proxier's series of the mode that no node agent runs (/proxyMode) are
+// the only ones that may be absent.
+func testDashboardSeriesLive(t *testing.T) {
+	w := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	qs, err := dashboard.Load(filepath.Join(w.root, "charts", "mcsd", "files", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string][]string{} // series name: the queries naming it
+	for _, q := range qs {
+		names, err := dashboard.MetricNames(q.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Where, err)
+		}
+		if len(names) == 0 {
+			t.Errorf("%s names no series: %s", q.Where, q.Expr)
+		}
+		for _, n := range names {
+			named[n] = append(named[n], q.Where)
+		}
+	}
+	var pods []*mcsdPod
+	modes := map[string]bool{}
+	for _, m := range w.members {
+		ps, err := mcsdPods(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.pod.Labels["app.kubernetes.io/component"] != "node-agent" {
+				continue
+			}
+			mode, err := p.get(ctx, p.health+"/proxyMode")
+			if err != nil {
+				t.Fatal(err)
+			}
+			modes[strings.TrimSpace(mode)] = true
+		}
+		pods = append(pods, ps...)
+	}
+	// Series that only appear once something happens (a histogram's first
+	// observation, a vector's first label values) may take a moment after
+	// the earlier tests: wait for them, and fail naming those that never
+	// appear.
+	var missing []string
+	exported := map[string]bool{}
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		clear(exported)
+		for _, p := range pods {
+			names, err := p.seriesNames(ctx)
+			if err != nil {
+				return false, err
+			}
+			for n := range names {
+				exported[n] = true
+			}
+		}
+		missing = missing[:0]
+		for n := range named {
+			if !exported[n] && !otherModes(n, modes) {
+				missing = append(missing, n)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	slices.Sort(missing)
+	for _, n := range missing {
+		t.Errorf("%s is named by %s, but no mcsd pod's /metrics has it", n, strings.Join(named[n], ", "))
+	}
+	if err != nil && len(missing) == 0 {
+		t.Fatal(err)
+	}
+	t.Logf("figure: %d queries of the dashboard, naming %d series, checked against the live /metrics of %d mcsd pods (%d series names, proxier mode %v): %d missing",
+		len(qs), len(named), len(pods), len(exported), slices.Sorted(maps.Keys(modes)), len(missing))
+}
+
+// otherModes says whether name is a series of a proxier mode (iptables,
+// nftables) that none of modes is: the proxier exports only its own mode's.
+func otherModes(name string, modes map[string]bool) bool {
+	for _, mode := range []string{"iptables", "nftables"} {
+		if strings.HasPrefix(name, "mcsd_proxier_") && strings.Contains(name, "_"+mode+"_") && !modes[mode] {
+			return true
+		}
+	}
+	return false
+}
