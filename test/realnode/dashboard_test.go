@@ -2,7 +2,10 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,9 +13,61 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
 
-	"github.com/mcsd-io/mcsd/test/lib/dashboard"
+	"github.com/mcsd-io/mcsd/test/lib/repo"
+	"github.com/mcsd-io/mcsd/test/lib/testenv"
 )
+
+// dashboardPath is the chart's Grafana dashboard, under the repository.
+var dashboardPath = filepath.Join("charts", "mcsd", "files", "grafana-dashboard.json")
+
+// Every query of the dashboard is PromQL that Prometheus's own parser
+// accepts (promtool checks them as recording rules) and names series of
+// the families mcsd exports. That mcsd exports each one is checked on the
+// real nodes (testDashboardSeriesLive). No real node is needed here.
+func TestDashboardQueriesParse(t *testing.T) {
+	testenv.RequireCommands(t, "promtool")
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := loadDashboard(filepath.Join(root, dashboardPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) < 30 {
+		t.Fatalf("%s has %d queries, want the 30 or more of its panels", dashboardPath, len(qs))
+	}
+	var rules []map[string]string
+	for i, q := range qs {
+		names, err := metricNames(q.Expr)
+		if err != nil {
+			t.Errorf("%s: %v", q.Where, err)
+		}
+		if len(names) == 0 {
+			t.Errorf("%s names no series: %s", q.Where, q.Expr)
+		}
+		for _, n := range names {
+			if !strings.HasPrefix(n, "mcsd_") && !strings.HasPrefix(n, "workqueue_") && !strings.HasPrefix(n, "rest_client_") && !strings.HasPrefix(n, "leader_election_") {
+				t.Errorf("%s names %s, of no family mcsd exports", q.Where, n)
+			}
+		}
+		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query%d", i), "expr": q.Expr})
+	}
+	data, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("promtool", "check", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules refuses a query of the dashboard: %v\n%s\n%s", err, out, data)
+	}
+	t.Logf("%d queries of %s parse", len(qs), dashboardPath)
+}
 
 // testDashboardSeriesLive holds every query of the chart's Grafana
 // dashboard against the live /metrics of every mcsd pod of the clusterset:
@@ -23,13 +78,13 @@ func testDashboardSeriesLive(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	qs, err := dashboard.Load(filepath.Join(w.root, "charts", "mcsd", "files", "grafana-dashboard.json"))
+	qs, err := loadDashboard(filepath.Join(w.root, dashboardPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	named := map[string][]string{} // series name: the queries naming it
 	for _, q := range qs {
-		names, err := dashboard.MetricNames(q.Expr)
+		names, err := metricNames(q.Expr)
 		if err != nil {
 			t.Fatalf("%s: %v", q.Where, err)
 		}

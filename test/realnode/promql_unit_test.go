@@ -1,11 +1,11 @@
-package dashboard
+package realnode
 
 import (
 	"reflect"
 	"testing"
 )
 
-func TestMetricNames(t *testing.T) {
+func TestPromQLMetricNames(t *testing.T) {
 	for _, tc := range []struct {
 		expr string
 		want []string
@@ -21,31 +21,31 @@ func TestMetricNames(t *testing.T) {
 		{`count_values("v", b_info) # a comment naming not_a_metric`, []string{"b_info"}},
 		{`x:recorded:rate5m @ start()`, []string{"x:recorded:rate5m"}},
 	} {
-		got, err := MetricNames(tc.expr)
+		got, err := metricNames(tc.expr)
 		if err != nil {
 			t.Errorf("%s: %v", tc.expr, err)
 			continue
 		}
 		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("MetricNames(%s) = %v, want %v", tc.expr, got, tc.want)
+			t.Errorf("metricNames(%s) = %v, want %v", tc.expr, got, tc.want)
 		}
 	}
 }
 
-func TestMetricNamesRefusesUnbalanced(t *testing.T) {
+func TestPromQLMetricNamesRefusesUnbalanced(t *testing.T) {
 	for _, expr := range []string{`rate(a[5m]`, `a{b="c"`, `a{b="c}`, `sum(a))`, `a[5m`} {
-		if got, err := MetricNames(expr); err == nil {
-			t.Errorf("MetricNames(%s) = %v, want an error", expr, got)
+		if got, err := metricNames(expr); err == nil {
+			t.Errorf("metricNames(%s) = %v, want an error", expr, got)
 		}
 	}
 }
 
-func TestLoadSubstitutesVariables(t *testing.T) {
-	qs, err := Load("testdata/dashboard.json")
+func TestDashboardVariablesAreSubstituted(t *testing.T) {
+	qs, err := loadDashboard("testdata/dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Query{
+	want := []dashboardQuery{
 		{`panel "Row" target A`, `rate(a_total{job=~".*"}[5m])`},
 		{`panel "Nested" target B`, `sum by (le) (rate(h_bucket{instance=~".*"}[5m]))`},
 		{`variable "job"`, `b_info`},

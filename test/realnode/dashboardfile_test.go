@@ -1,8 +1,4 @@
-// Package dashboard reads the PromQL queries of a Grafana dashboard and
-// the metric names each one selects, so that tests can hold them against
-// what mcsd exports (a live /metrics) and against Prometheus's own parser
-// (promtool).
-package dashboard
+package realnode
 
 import (
 	"encoding/json"
@@ -12,26 +8,26 @@ import (
 	"strings"
 )
 
-// Query is one PromQL query of a dashboard, its variables replaced by
+// dashboardQuery is one PromQL query of a dashboard, its variables replaced by
 // values Prometheus accepts.
-type Query struct {
+type dashboardQuery struct {
 	// Where names the query: the panel's title and the target's refId, or
 	// the template variable's name.
 	Where string
 	Expr  string
 }
 
-type panel struct {
-	Title   string  `json:"title"`
-	Panels  []panel `json:"panels"`
+type dashboardPanel struct {
+	Title   string           `json:"title"`
+	Panels  []dashboardPanel `json:"panels"`
 	Targets []struct {
 		RefID string `json:"refId"`
 		Expr  string `json:"expr"`
 	} `json:"targets"`
 }
 
-type file struct {
-	Panels     []panel `json:"panels"`
+type dashboardFile struct {
+	Panels     []dashboardPanel `json:"panels"`
 	Templating struct {
 		List []struct {
 			Name  string          `json:"name"`
@@ -41,27 +37,27 @@ type file struct {
 	} `json:"templating"`
 }
 
-// Load returns every query of the dashboard at path: each panel's targets
+// loadDashboard returns every query of the dashboard at path: each panel's targets
 // (rows' panels included) and each query variable's label_values()
 // selector. A target or variable without a query is an error.
-func Load(path string) ([]Query, error) {
+func loadDashboard(path string) ([]dashboardQuery, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var f file
+	var f dashboardFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var qs []Query
-	var walk func([]panel) error
-	walk = func(ps []panel) error {
+	var qs []dashboardQuery
+	var walk func([]dashboardPanel) error
+	walk = func(ps []dashboardPanel) error {
 		for _, p := range ps {
 			for _, t := range p.Targets {
 				if strings.TrimSpace(t.Expr) == "" {
 					return fmt.Errorf("%s: panel %q target %s has no expr", path, p.Title, t.RefID)
 				}
-				qs = append(qs, Query{Where: fmt.Sprintf("panel %q target %s", p.Title, t.RefID), Expr: substitute(t.Expr)})
+				qs = append(qs, dashboardQuery{Where: fmt.Sprintf("panel %q target %s", p.Title, t.RefID), Expr: substituteVariables(t.Expr)})
 			}
 			if err := walk(p.Panels); err != nil {
 				return err
@@ -76,11 +72,11 @@ func Load(path string) ([]Query, error) {
 		if v.Type != "query" {
 			continue
 		}
-		q, err := variableQuery(v.Query)
+		q, err := dashboardVariableQuery(v.Query)
 		if err != nil {
 			return nil, fmt.Errorf("%s: variable %q: %w", path, v.Name, err)
 		}
-		qs = append(qs, Query{Where: fmt.Sprintf("variable %q", v.Name), Expr: substitute(q)})
+		qs = append(qs, dashboardQuery{Where: fmt.Sprintf("variable %q", v.Name), Expr: substituteVariables(q)})
 	}
 	return qs, nil
 }
@@ -88,9 +84,9 @@ func Load(path string) ([]Query, error) {
 // labelValues is Grafana's label_values(selector, label) variable query.
 var labelValues = regexp.MustCompile(`^\s*label_values\((.*),\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)\s*$`)
 
-// variableQuery is the selector of a query variable, given as a string or
+// dashboardVariableQuery is the selector of a query variable, given as a string or
 // as Grafana's {"query": ...} object.
-func variableQuery(raw json.RawMessage) (string, error) {
+func dashboardVariableQuery(raw json.RawMessage) (string, error) {
 	var q string
 	if err := json.Unmarshal(raw, &q); err != nil {
 		var o struct {
@@ -115,6 +111,8 @@ var (
 	userVar = regexp.MustCompile(`\$\{[a-zA-Z_][a-zA-Z0-9_]*(:[a-z]+)?\}|\$[a-zA-Z_][a-zA-Z0-9_]*`)
 )
 
-func substitute(expr string) string {
+// substituteVariables gives the dashboard's variables values Prometheus
+// accepts.
+func substituteVariables(expr string) string {
 	return userVar.ReplaceAllString(intervalVar.ReplaceAllString(expr, "5m"), ".*")
 }

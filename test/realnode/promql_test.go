@@ -1,4 +1,4 @@
-package dashboard
+package realnode
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// keywords are PromQL's words that read as identifiers but name no series:
+// promqlKeywords are PromQL's words that read as identifiers but name no series:
 // aggregations, binary operators and modifiers. An aggregation such as sum
 // may come before its by-clause rather than its "(".
-var keywords = map[string]bool{
+var promqlKeywords = map[string]bool{
 	"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true,
 	"count": true, "count_values": true, "bottomk": true, "topk": true, "quantile": true, "limitk": true, "limit_ratio": true,
 	"and": true, "or": true, "unless": true, "atan2": true, "bool": true, "offset": true,
@@ -17,29 +17,29 @@ var keywords = map[string]bool{
 	"inf": true, "nan": true,
 }
 
-// labelLists are the words followed by a parenthesised list of label
+// promqlLabelLists are the words followed by a parenthesised list of label
 // names, not of expressions.
-var labelLists = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
+var promqlLabelLists = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
 
-// MetricNames returns the metric names expr selects, sorted and once
+// metricNames returns the metric names expr selects, sorted and once
 // each: bare names (rate(a_total[5m])) and __name__="..." matchers. Strings,
 // label matchers, ranges, numbers and durations, function calls, keywords
 // and the label lists of by, on and the like are not names. An expression
 // whose brackets or quotes do not balance is an error.
-func MetricNames(expr string) ([]string, error) {
+func metricNames(expr string) ([]string, error) {
 	names := map[string]bool{}
 	var closers []byte
 	for i := 0; i < len(expr); {
 		c := expr[i]
 		switch {
 		case c == '"' || c == '\'' || c == '`':
-			end, err := stringEnd(expr, i)
+			end, err := promqlStringEnd(expr, i)
 			if err != nil {
 				return nil, err
 			}
 			i = end
 		case c == '{':
-			end, name, err := matchers(expr, i)
+			end, name, err := promqlMatchers(expr, i)
 			if err != nil {
 				return nil, err
 			}
@@ -82,13 +82,13 @@ func MetricNames(expr string) ([]string, error) {
 			word := expr[start:i]
 			next := skipSpace(expr, i)
 			switch {
-			case labelLists[strings.ToLower(word)] && next < len(expr) && expr[next] == '(':
+			case promqlLabelLists[strings.ToLower(word)] && next < len(expr) && expr[next] == '(':
 				end := strings.IndexByte(expr[next:], ')')
 				if end < 0 {
 					return nil, fmt.Errorf("%q: unclosed label list after %s", expr, word)
 				}
 				i = next + end + 1
-			case keywords[strings.ToLower(word)]:
+			case promqlKeywords[strings.ToLower(word)]:
 			case next < len(expr) && expr[next] == '(':
 				// A function call.
 			default:
@@ -109,9 +109,9 @@ func MetricNames(expr string) ([]string, error) {
 	return out, nil
 }
 
-// matchers skips the label matchers that open at expr[i] ('{'), returning
+// promqlMatchers skips the label matchers that open at expr[i] ('{'), returning
 // where they end and the name a __name__ equality matcher gives.
-func matchers(expr string, i int) (end int, name string, err error) {
+func promqlMatchers(expr string, i int) (end int, name string, err error) {
 	label := i + 1 // where the current matcher starts
 	for j := i + 1; j < len(expr); j++ {
 		switch expr[j] {
@@ -120,7 +120,7 @@ func matchers(expr string, i int) (end int, name string, err error) {
 		case ',':
 			label = j + 1
 		case '"', '\'', '`':
-			se, err := stringEnd(expr, j)
+			se, err := promqlStringEnd(expr, j)
 			if err != nil {
 				return 0, "", err
 			}
@@ -133,8 +133,8 @@ func matchers(expr string, i int) (end int, name string, err error) {
 	return 0, "", fmt.Errorf("%q: unclosed { at %d", expr, i)
 }
 
-// stringEnd returns the index after the string literal opening at expr[i].
-func stringEnd(expr string, i int) (int, error) {
+// promqlStringEnd returns the index after the string literal opening at expr[i].
+func promqlStringEnd(expr string, i int) (int, error) {
 	quote := expr[i]
 	for j := i + 1; j < len(expr); j++ {
 		if expr[j] == '\\' && quote != '`' {
