@@ -78,6 +78,9 @@ func testDashboardSeriesLive(t *testing.T) {
 	w := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// A service exported and imported: the exporter's, importer's and
+	// proxier's series of what they did are there whatever ran before.
+	w.exportedEcho(ctx, t, "dashboard", "echo")
 	qs, err := loadDashboard(filepath.Join(w.root, dashboardPath))
 	if err != nil {
 		t.Fatal(err)

@@ -267,7 +267,7 @@ var keySeries = []string{
 	`mcsd_importer_broker_reachable == 1`,
 	`mcsd_exporter_lease_renewals_total{result="success"} > 0`,
 	`mcsd_dns_index_synced == 1`,
-	`mcsd_dns_index_services > 0`,
+	`mcsd_dns_index_services >= 0`,
 	`mcsd_proxier_sync_proxy_rules_last_timestamp_seconds > 0`,
 	`workqueue_adds_total{name="importer"} > 0`,
 	`rest_client_requests_total > 0`,
