@@ -198,21 +198,30 @@ func (p *prometheus) query(ctx context.Context, q string) ([]string, error) {
 	return out, nil
 }
 
-// alertState is the state of alert (pending, firing) at any of its label
-// sets, "" when it is inactive.
-func (p *prometheus) alertState(ctx context.Context, alert string) (string, error) {
+type alert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+// alerts are the alerts pending or firing now.
+func (p *prometheus) alerts(ctx context.Context) ([]alert, error) {
 	var d struct {
-		Alerts []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		} `json:"alerts"`
+		Alerts []alert `json:"alerts"`
 	}
-	if err := p.api(ctx, "/api/v1/alerts", &d); err != nil {
+	err := p.api(ctx, "/api/v1/alerts", &d)
+	return d.Alerts, err
+}
+
+// alertState is the state of the alert named name (pending, firing) at
+// any of its label sets, "" when it is inactive.
+func (p *prometheus) alertState(ctx context.Context, name string) (string, error) {
+	as, err := p.alerts(ctx)
+	if err != nil {
 		return "", err
 	}
 	state := ""
-	for _, a := range d.Alerts {
-		if a.Labels["alertname"] == alert && (state == "" || a.State == "firing") {
+	for _, a := range as {
+		if a.Labels["alertname"] == name && (state == "" || a.State == "firing") {
 			state = a.State
 		}
 	}
@@ -221,39 +230,31 @@ func (p *prometheus) alertState(ctx context.Context, alert string) (string, erro
 
 // firing lists the alerts firing now.
 func (p *prometheus) firing(ctx context.Context) ([]string, error) {
-	var d struct {
-		Alerts []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		} `json:"alerts"`
-	}
-	if err := p.api(ctx, "/api/v1/alerts", &d); err != nil {
-		return nil, err
-	}
+	as, err := p.alerts(ctx)
 	var out []string
-	for _, a := range d.Alerts {
+	for _, a := range as {
 		if a.State == "firing" {
 			out = append(out, a.Labels["alertname"]+" "+a.Labels["instance"])
 		}
 	}
-	return out, nil
+	return out, err
 }
 
-// awaitAlert waits until alert is firing (want true) or inactive (false)
+// awaitAlert waits until the alert named name is firing (want true) or inactive (false)
 // and returns how long that took.
-func (p *prometheus) awaitAlert(ctx context.Context, alert string, want bool) (time.Duration, error) {
+func (p *prometheus) awaitAlert(ctx context.Context, name string, want bool) (time.Duration, error) {
 	began := time.Now()
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
-		last, err = p.alertState(ctx, alert)
+		last, err = p.alertState(ctx, name)
 		if err != nil {
 			return false, nil
 		}
 		return (last == "firing") == want && (want || last == ""), nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%s: %s is %q after %v, want firing %v: %w", p.m.Name, alert, last, time.Since(began).Round(time.Second), want, err)
+		return 0, fmt.Errorf("%s: %s is %q after %v, want firing %v: %w", p.m.Name, name, last, time.Since(began).Round(time.Second), want, err)
 	}
 	return time.Since(began), nil
 }
