@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -46,11 +48,23 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Outside the cluster, Prometheus reaches the API server with a
-	// kubeconfig rather than a service account.
-	for _, sd := range scrape["kubernetes_sd_configs"].([]any) {
-		sd.(map[string]any)["kubeconfig_file"] = m.GatewayKubeconfigPath
+	// Debian's Prometheus is built without Kubernetes discovery: the test
+	// discovers the pods as its role pod would, into a file of targets with
+	// the same meta labels, and the docs' relabelling applies unchanged.
+	sds, _ := scrape["kubernetes_sd_configs"].([]any)
+	if len(sds) != 1 {
+		t.Fatalf("the docs' scrape config has kubernetes_sd_configs %v, want one", sds)
 	}
+	targets, err := podTargets(ctx, m, sds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	targetsFile := filepath.Join(dir, "targets.json")
+	if err := os.WriteFile(targetsFile, targets, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	delete(scrape, "kubernetes_sd_configs")
+	scrape["file_sd_configs"] = []any{map[string]any{"files": []any{targetsFile}}}
 	config := map[string]any{
 		// Short intervals so that the rules see a fault within seconds;
 		// the rules' own for: durations are the shipped ones.
@@ -107,6 +121,63 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 		t.Fatalf("%s: Prometheus never ready: %v", m.Name, err)
 	}
 	return p
+}
+
+// podTargets are the targets Prometheus's Kubernetes discovery of role pod
+// finds with sd (its namespaces) in m, in file_sd's JSON: one per container
+// port of each pod, with the meta labels the docs' relabelling reads.
+func podTargets(ctx context.Context, m *member, sd any) ([]byte, error) {
+	var c struct {
+		Role       string `json:"role"`
+		Namespaces struct {
+			Names []string `json:"names"`
+		} `json:"namespaces"`
+	}
+	data, err := json.Marshal(sd)
+	if err == nil {
+		err = json.Unmarshal(data, &c)
+	}
+	if err != nil || c.Role != "pod" || len(c.Namespaces.Names) == 0 {
+		return nil, fmt.Errorf("the docs' kubernetes_sd_config %v: want role pod in named namespaces (%v)", sd, err)
+	}
+	type group struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	var groups []group
+	for _, ns := range c.Namespaces.Names {
+		pods, err := m.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods.Items {
+			if p.Status.PodIP == "" {
+				continue
+			}
+			for _, ctr := range p.Spec.Containers {
+				for _, port := range ctr.Ports {
+					labels := map[string]string{
+						"__meta_kubernetes_namespace":               p.Namespace,
+						"__meta_kubernetes_pod_name":                p.Name,
+						"__meta_kubernetes_pod_container_name":      ctr.Name,
+						"__meta_kubernetes_pod_container_port_name": port.Name,
+						"__meta_kubernetes_pod_node_name":           p.Spec.NodeName,
+					}
+					for k, v := range p.Labels {
+						labels["__meta_kubernetes_pod_label_"+promLabelName(k)] = v
+					}
+					groups = append(groups, group{Targets: []string{net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port.ContainerPort)))}, Labels: labels})
+				}
+			}
+		}
+	}
+	return json.Marshal(groups)
+}
+
+// promLabelName is a Kubernetes label's name as Prometheus's discovery
+// writes it: every character outside [a-zA-Z0-9_] an underscore.
+func promLabelName(k string) string {
+	return regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(k, "_")
 }
 
 // docsScrapeConfig is the scrape config of mcsd's pods that the metrics

@@ -68,10 +68,12 @@ func flagAddress(p *corev1.Pod, flag string) (string, error) {
 	for _, arg := range p.Spec.Containers[0].Args {
 		if v, ok := strings.CutPrefix(arg, flag+"="); ok {
 			v = strings.ReplaceAll(v, "$(POD_IP)", p.Status.PodIP)
-			if _, _, err := net.SplitHostPort(v); err != nil {
+			host, port, err := net.SplitHostPort(v)
+			if err != nil {
 				return "", fmt.Errorf("pod %s: %s=%s: %w", p.Name, flag, v, err)
 			}
-			return v, nil
+			// mcsd takes [IPv4]:port; a URL does not.
+			return net.JoinHostPort(host, port), nil
 		}
 	}
 	return "", fmt.Errorf("pod %s: no %s in %q", p.Name, flag, p.Spec.Containers[0].Args)
