@@ -36,7 +36,9 @@ type prometheus struct {
 	m    *member
 	cmd  *exec.Cmd
 	http *http.Client
-	done chan error
+	// exited is closed when the process has exited, with err.
+	exited chan struct{}
+	err    error
 }
 
 // startPrometheus starts Prometheus on m's first node, its data in a
@@ -80,7 +82,7 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 		t.Fatal(err)
 	}
 	node := m.RealNodes()[0]
-	p := &prometheus{m: m, done: make(chan error, 1),
+	p := &prometheus{m: m, exited: make(chan struct{}),
 		http: &http.Client{Transport: &http.Transport{DialContext: node.NS.Dial, DisableKeepAlives: true}}}
 	p.cmd = node.NS.Command(context.Background(), "prometheus",
 		"--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -93,14 +95,17 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-p.done:
+		case <-p.exited:
 		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.exited
 		}
 		_ = log.Close()
 		if t.Failed() {
@@ -110,8 +115,8 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 	})
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-p.done:
-			return false, fmt.Errorf("prometheus exited: %v", err)
+		case <-p.exited:
+			return false, fmt.Errorf("prometheus exited: %v", p.err)
 		default:
 		}
 		_, err := p.get(ctx, "/-/ready")
