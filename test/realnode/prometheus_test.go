@@ -36,6 +36,10 @@ type prometheus struct {
 	m    *member
 	cmd  *exec.Cmd
 	http *http.Client
+	// sd is the docs' pod discovery, which discover writes into
+	// targetsFile.
+	sd          any
+	targetsFile string
 	// exited is closed when the process has exited, with err.
 	exited chan struct{}
 	err    error
@@ -57,16 +61,12 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 	if len(sds) != 1 {
 		t.Fatalf("the docs' scrape config has kubernetes_sd_configs %v, want one", sds)
 	}
-	targets, err := podTargets(ctx, m, sds[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	targetsFile := filepath.Join(dir, "targets.json")
-	if err := os.WriteFile(targetsFile, targets, 0o644); err != nil {
+	p := &prometheus{m: m, sd: sds[0], targetsFile: filepath.Join(dir, "targets.json"), exited: make(chan struct{})}
+	if err := p.discover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	delete(scrape, "kubernetes_sd_configs")
-	scrape["file_sd_configs"] = []any{map[string]any{"files": []any{targetsFile}}}
+	scrape["file_sd_configs"] = []any{map[string]any{"files": []any{p.targetsFile}}}
 	config := map[string]any{
 		// Short intervals so that the rules see a fault within seconds;
 		// the rules' own for: durations are the shipped ones.
@@ -82,8 +82,7 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 		t.Fatal(err)
 	}
 	node := m.RealNodes()[0]
-	p := &prometheus{m: m, exited: make(chan struct{}),
-		http: &http.Client{Transport: &http.Transport{DialContext: node.NS.Dial, DisableKeepAlives: true}}}
+	p.http = &http.Client{Transport: &http.Transport{DialContext: node.NS.Dial, DisableKeepAlives: true}}
 	p.cmd = node.NS.Command(context.Background(), "prometheus",
 		"--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+prometheusAddress, "--log.level=warn")
@@ -126,6 +125,21 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 		t.Fatalf("%s: Prometheus never ready: %v", m.Name, err)
 	}
 	return p
+}
+
+// discover writes the targets of the pods that run now, which Prometheus
+// reads again as the file changes.
+func (p *prometheus) discover(ctx context.Context) error {
+	targets, err := podTargets(ctx, p.m, p.sd)
+	if err != nil {
+		return err
+	}
+	// Written whole, then renamed: Prometheus never reads half a file.
+	tmp := p.targetsFile + ".new"
+	if err := os.WriteFile(tmp, targets, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p.targetsFile)
 }
 
 // podTargets are the targets Prometheus's Kubernetes discovery of role pod
@@ -455,6 +469,10 @@ func testPrometheus(t *testing.T) {
 		t.Logf("figure: %s's controllers scaled to 0: MCSDClusterGone fired on %s %v later (for: 2m); scaled back: cleared %v later",
 			stopped.Name, watching.Name, fired.Round(time.Second), cleared.Round(time.Second))
 		if err := w.awaitRollout(ctx, stopped, w.mcsd[0].Ref); err != nil {
+			t.Fatal(err)
+		}
+		// The new controller pods are the stopped member's targets now.
+		if err := proms[stopped].discover(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
