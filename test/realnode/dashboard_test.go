@@ -39,20 +39,13 @@ func TestDashboardQueriesParse(t *testing.T) {
 	if len(qs) < 30 {
 		t.Fatalf("%s has %d queries, want the 30 or more of its panels", dashboardPath, len(qs))
 	}
+	for n, where := range seriesNamed(t, qs) {
+		if !strings.HasPrefix(n, "mcsd_") && !strings.HasPrefix(n, "workqueue_") && !strings.HasPrefix(n, "rest_client_") && !strings.HasPrefix(n, "leader_election_") {
+			t.Errorf("%s names %s, of no family mcsd exports", strings.Join(where, ", "), n)
+		}
+	}
 	var rules []map[string]string
 	for i, q := range qs {
-		names, err := metricNames(q.Expr)
-		if err != nil {
-			t.Errorf("%s: %v", q.Where, err)
-		}
-		if len(names) == 0 {
-			t.Errorf("%s names no series: %s", q.Where, q.Expr)
-		}
-		for _, n := range names {
-			if !strings.HasPrefix(n, "mcsd_") && !strings.HasPrefix(n, "workqueue_") && !strings.HasPrefix(n, "rest_client_") && !strings.HasPrefix(n, "leader_election_") {
-				t.Errorf("%s names %s, of no family mcsd exports", q.Where, n)
-			}
-		}
 		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query%d", i), "expr": q.Expr})
 	}
 	data, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
@@ -67,6 +60,26 @@ func TestDashboardQueriesParse(t *testing.T) {
 		t.Fatalf("promtool check rules refuses a query of the dashboard: %v\n%s\n%s", err, out, data)
 	}
 	t.Logf("%d queries of %s parse", len(qs), dashboardPath)
+}
+
+// seriesNamed returns the series names the queries name, each with the
+// queries that name it; a query that names none, or does not scan, fails t.
+func seriesNamed(t *testing.T, qs []dashboardQuery) map[string][]string {
+	t.Helper()
+	named := map[string][]string{}
+	for _, q := range qs {
+		names, err := metricNames(q.Expr)
+		if err != nil {
+			t.Errorf("%s: %v", q.Where, err)
+		}
+		if len(names) == 0 {
+			t.Errorf("%s names no series: %s", q.Where, q.Expr)
+		}
+		for _, n := range names {
+			named[n] = append(named[n], q.Where)
+		}
+	}
+	return named
 }
 
 // testDashboardSeriesLive holds every query of the chart's Grafana
@@ -85,18 +98,9 @@ func testDashboardSeriesLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := map[string][]string{} // series name: the queries naming it
-	for _, q := range qs {
-		names, err := metricNames(q.Expr)
-		if err != nil {
-			t.Fatalf("%s: %v", q.Where, err)
-		}
-		if len(names) == 0 {
-			t.Errorf("%s names no series: %s", q.Where, q.Expr)
-		}
-		for _, n := range names {
-			named[n] = append(named[n], q.Where)
-		}
+	named := seriesNamed(t, qs)
+	if t.Failed() {
+		return
 	}
 	var pods []*mcsdPod
 	modes := map[string]bool{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -223,20 +222,7 @@ func docsScrapeConfig(page string) (map[string]any, error) {
 }
 
 func (p *prometheus) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prometheusAddress+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := p.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s %v %s", path, resp.Status, err, body)
-	}
-	return body, nil
+	return httpGet(ctx, p.http, "http://"+prometheusAddress+path)
 }
 
 // api gets an API path and decodes its data into v.

@@ -81,20 +81,29 @@ func flagAddress(p *corev1.Pod, flag string) (string, error) {
 
 // get returns the body of the pod's url.
 func (p *mcsdPod) get(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := p.http.Do(req)
+	body, err := httpGet(ctx, p.http, url)
 	if err != nil {
 		return "", fmt.Errorf("%s: pod %s: %w", p.m.Name, p.pod.Name, err)
+	}
+	return string(body), nil
+}
+
+// httpGet returns the body of url, which must answer 200.
+func httpGet(ctx context.Context, c *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: pod %s: GET %s: %s %v\n%s", p.m.Name, p.pod.Name, url, resp.Status, err, body)
+		return nil, fmt.Errorf("GET %s: %s %v\n%s", url, resp.Status, err, body)
 	}
-	return string(body), nil
+	return body, nil
 }
 
 // seriesNames returns the names of the samples the pod's /metrics has
