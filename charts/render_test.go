@@ -113,6 +113,7 @@ func everyValue() map[string]any {
 		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
 		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
 		"podMonitor":       map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"grafanaDashboard": map[string]any{"enabled": true, "namespace": "monitoring", "labels": map[string]any{"grafana_dashboard": "mcs"}, "annotations": map[string]any{"grafana_folder": "Networking"}},
 		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
 			"priorityClassName": "mcsd-critical",
@@ -152,7 +153,7 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmission") && o.GetKind() != "PriorityClass" && o.GetNamespace() != "mcs" {
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmission") && o.GetKind() != "PriorityClass" && o.GetNamespace() != "mcs" && o.GetName() != "mcsd-grafana-dashboard" {
 			t.Errorf("%s %s is in namespace %q, want the release's, mcs", o.GetKind(), o.GetName(), o.GetNamespace())
 		}
 		switch o.GetKind() {
@@ -191,6 +192,23 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetLabels()["release"] != "kube-prometheus-stack" {
 				t.Errorf("PrometheusRule labelled %v, without prometheusRule.labels", o.GetLabels())
 			}
+		case "ConfigMap":
+			if o.GetName() != "mcsd-grafana-dashboard" {
+				break
+			}
+			kinds["dashboard"]++
+			file, err := os.ReadFile("mcsd/files/grafana-dashboard.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _, _ := unstructured.NestedString(o.Object, "data", "mcsd.json")
+			if data != strings.TrimSpace(string(file)) {
+				t.Errorf("the dashboard ConfigMap's mcsd.json is not files/grafana-dashboard.json")
+			}
+			if o.GetNamespace() != "monitoring" || o.GetLabels()["grafana_dashboard"] != "mcs" || o.GetAnnotations()["grafana_folder"] != "Networking" {
+				t.Errorf("dashboard ConfigMap in %q, labelled %v, annotated %v: without grafanaDashboard's namespace, labels and annotations",
+					o.GetNamespace(), o.GetLabels(), o.GetAnnotations())
+			}
 		case "ValidatingAdmissionPolicy":
 			expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			if len(expr) != 1 || !strings.Contains(expr[0].(map[string]any)["expression"].(string), `"system:serviceaccount:mcs:mcsd-node-agent"`) {
@@ -203,6 +221,9 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	}
 	if kinds["PrometheusRule"] != 1 {
 		t.Errorf("prometheusRule.enabled true rendered %d PrometheusRules", kinds["PrometheusRule"])
+	}
+	if kinds["dashboard"] != 1 {
+		t.Errorf("grafanaDashboard.enabled true rendered %d dashboard ConfigMaps", kinds["dashboard"])
 	}
 	if kinds["PriorityClass"] != 1 {
 		t.Errorf("priorityClass.create true rendered %d PriorityClasses", kinds["PriorityClass"])
