@@ -118,7 +118,6 @@ func newGate(o *options, local *clients, imports cache.SharedIndexInformer, inde
 	cfg := dnsgate.Config{
 		Client:    c.kube,
 		Namespace: o.leaderElectNS,
-		PeerPods:  o.dnsGatePeers,
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
 		Imports:   imports,
