@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // DefaultMaxSummaryPending caps the summary's Pending list; beyond it the
@@ -42,12 +41,9 @@ type AggregatorConfig struct {
 	// Holder names the writer on the summary Lease (the controller's
 	// replica).
 	Holder string
-	// MinWrite is the least time between two writes of the summary.
-	MinWrite time.Duration
-	// MaxPending caps the ClusterSetIPs the summary lists.
-	MaxPending int
-	Clock      clock.WithTicker
-	Logger     klog.Logger
+	// Writing paces the summary's writes and caps its Pending list
+	// (default DefaultMaxSummaryPending).
+	Writing
 }
 
 // Aggregator folds every node's report into the cluster's summary, the one
@@ -81,18 +77,7 @@ func NewAggregator(cfg AggregatorConfig) (*Aggregator, error) {
 	if _, err := labels.Parse(cfg.PeerPods); err != nil {
 		return nil, fmt.Errorf("dnsgate: the node agents' pod selector %q: %w", cfg.PeerPods, err)
 	}
-	if cfg.MinWrite <= 0 {
-		cfg.MinWrite = DefaultMinWrite
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxSummaryPending
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background().WithName("dnsgate-aggregator")
-	}
+	cfg.Writing = cfg.Writing.withDefaults(DefaultMaxSummaryPending, "dnsgate-aggregator")
 	a := &Aggregator{cfg: cfg, publish: make(chan struct{}, 1), reports: map[string]*nodeReport{}, readyPods: map[string]map[string]bool{}}
 	a.leases = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithNamespace(cfg.Namespace),

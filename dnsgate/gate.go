@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -52,15 +51,11 @@ type Config struct {
 	// Imports is the informer of the local cluster's ServiceImports that
 	// the proxier is fed from; the gate adds its handler to it.
 	Imports cache.SharedIndexInformer
-	// MinWrite is the least time between two writes of the report: a
-	// burst of syncs costs one write.
-	MinWrite time.Duration
-	// MaxPending caps the ClusterSetIPs a report lists; beyond it the
-	// report says less (an older Through, nothing pending) and holds back
-	// as much.
-	MaxPending int
-	Clock      clock.WithTicker
-	Logger     klog.Logger
+	// Writing paces the report's writes (MinWrite: a burst of syncs costs
+	// one write) and caps its Pending list (MaxPending, default
+	// DefaultMaxPending: beyond it the report says less, an older Through
+	// and nothing pending, and holds back as much).
+	Writing
 }
 
 // Gate is one node's part: its proxier's observer, its report's writer and
@@ -117,27 +112,16 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Imports == nil {
 		return nil, fmt.Errorf("dnsgate: a client, a namespace, the node's name and the ServiceImport informer are required")
 	}
-	if cfg.MinWrite <= 0 {
-		cfg.MinWrite = DefaultMinWrite
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background().WithName("dnsgate")
-	}
+	cfg.Writing = cfg.Writing.withDefaults(DefaultMaxPending, "dnsgate")
 	g := &Gate{
-		cfg:       cfg,
-		publish:   make(chan struct{}, 1),
-		reported:  map[bool]bool{},
-		carried:   map[netip.Addr]bool{},
-		imports:   map[string]importEntry{},
-		owners:    map[netip.Addr]map[string]string{},
-		released:  map[netip.Addr]bool{},
-		told:      map[bool]bool{},
+		cfg:      cfg,
+		publish:  make(chan struct{}, 1),
+		reported: map[bool]bool{},
+		carried:  map[netip.Addr]bool{},
+		imports:  map[string]importEntry{},
+		owners:   map[netip.Addr]map[string]string{},
+		released: map[netip.Addr]bool{},
+		told:     map[bool]bool{},
 	}
 	// The summary alone: one object, whatever the number of nodes.
 	g.summary = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,

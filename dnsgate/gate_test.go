@@ -75,7 +75,7 @@ func newWorld(t *testing.T, objects ...runtime.Object) (*world, mcsinformers.Sha
 	w := &world{t: t, ctx: ctx, client: fake.NewClientset(), clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), dns: &dnsIndex{handed: map[netip.Addr]bool{}}}
 	w.imports = mcsfake.NewSimpleClientset(objects...)
 	factory := mcsinformers.NewSharedInformerFactory(w.imports, 0)
-	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Clock: w.clock,
+	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Writing: Writing{Clock: w.clock},
 		Imports: factory.Multicluster().V1beta1().ServiceImports().Informer()})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func newWorld(t *testing.T, objects ...runtime.Object) (*world, mcsinformers.Sha
 	w.gate = g
 	// The controller's part, on the real clock: the tests step the fake
 	// one for this node's report alone.
-	w.agg, err = NewAggregator(AggregatorConfig{Client: w.client, Namespace: ns, Holder: "controller", MinWrite: time.Millisecond})
+	w.agg, err = NewAggregator(AggregatorConfig{Client: w.client, Namespace: ns, Holder: "controller", Writing: Writing{MinWrite: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,13 @@ package dnsgate
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -68,4 +70,31 @@ func (w *leaseWriter) write(ctx context.Context, annotate func(*coordinationv1.L
 		}
 		return fmt.Errorf("writing Lease %s/%s: %w", w.namespace, w.name, err)
 	}
+}
+
+// Writing is how a gate Lease is written: at most one write every
+// MinWrite (default DefaultMinWrite), listing at most MaxPending
+// ClusterSetIPs, on Clock, logging to Logger.
+type Writing struct {
+	MinWrite   time.Duration
+	MaxPending int
+	Clock      clock.WithTicker
+	Logger     klog.Logger
+}
+
+// withDefaults fills what is unset: maxPending, and a logger named name.
+func (w Writing) withDefaults(maxPending int, name string) Writing {
+	if w.MinWrite <= 0 {
+		w.MinWrite = DefaultMinWrite
+	}
+	if w.MaxPending <= 0 {
+		w.MaxPending = maxPending
+	}
+	if w.Clock == nil {
+		w.Clock = clock.RealClock{}
+	}
+	if w.Logger.GetSink() == nil {
+		w.Logger = klog.Background().WithName(name)
+	}
+	return w
 }

@@ -332,7 +332,7 @@ func (t *leaderTerm) newGateAggregator() (*dnsgate.Aggregator, error) {
 		Namespace: t.c.o.leaderElectNS,
 		PeerPods:  t.c.o.dnsGatePeers,
 		Holder:    holder,
-		Logger:    t.logger.WithName("dnsgate"),
+		Writing:   dnsgate.Writing{Logger: t.logger.WithName("dnsgate")},
 	})
 }
 

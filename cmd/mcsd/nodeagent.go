@@ -121,7 +121,7 @@ func newGate(o *options, local *clients, imports cache.SharedIndexInformer, inde
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
 		Imports:   imports,
-		Logger:    klog.Background().WithName("dnsgate"),
+		Writing:   dnsgate.Writing{Logger: klog.Background().WithName("dnsgate")},
 	}
 	if index != nil {
 		cfg.Downstream = index
