@@ -71,6 +71,12 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		// all it watches.
 		{nodeAgentSA, "list leases.coordination.k8s.io -n mcsd-system", "no"},
 		{nodeAgentSA, "list pods -n mcsd-system", "no"},
+		// Both have the tokens and accesses of scrapes of their /metrics
+		// reviewed (system:auth-delegator), as kube-scheduler does.
+		{nodeAgentSA, "create tokenreviews.authentication.k8s.io", "yes"},
+		{nodeAgentSA, "create subjectaccessreviews.authorization.k8s.io", "yes"},
+		{controllerSA, "create tokenreviews.authentication.k8s.io", "yes"},
+		{controllerSA, "create subjectaccessreviews.authorization.k8s.io", "yes"},
 		// The controller writes what it owns.
 		{controllerSA, "list serviceexports.multicluster.x-k8s.io -A", "yes"},
 		{controllerSA, "create serviceimports.multicluster.x-k8s.io -n default", "yes"},

@@ -66,6 +66,20 @@ func startPrometheus(ctx context.Context, t *testing.T, w *world, m *member) *pr
 	}
 	delete(scrape, "kubernetes_sd_configs")
 	scrape["file_sd_configs"] = []any{map[string]any{"files": []any{p.targetsFile}}}
+	// Outside a pod, as the docs say: a token of a ServiceAccount that may
+	// read /metrics in credentials_file.
+	auth, _ := scrape["authorization"].(map[string]any)
+	if auth == nil || auth["credentials_file"] == nil {
+		t.Fatalf("the docs' scrape config has no authorization.credentials_file: %v", scrape)
+	}
+	token, err := metricsToken(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth["credentials_file"] = filepath.Join(dir, "token")
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	config := map[string]any{
 		// Short intervals so that the rules see a fault within seconds;
 		// the rules' own for: durations are the shipped ones.
@@ -222,7 +236,7 @@ func docsScrapeConfig(page string) (map[string]any, error) {
 }
 
 func (p *prometheus) get(ctx context.Context, path string) ([]byte, error) {
-	return httpGet(ctx, p.http, "http://"+prometheusAddress+path)
+	return httpGet(ctx, p.http, "http://"+prometheusAddress+path, "")
 }
 
 // api gets an API path and decodes its data into v.
