@@ -79,6 +79,12 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 		seconds = 1
 	}
 	lease, err := leases.Get(ctx, h.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && h.StaleAfter > 0 {
+		// A stand-in keeps alive only a cluster that a leader brought
+		// up; creating the Lease is the leader's, and the member's quota
+		// holds one.
+		return nil
+	}
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: h.Namespace, Labels: map[string]string{mcsv1beta1.LabelSourceCluster: h.ClusterID}, Annotations: h.annotations(nil)},

@@ -231,3 +231,16 @@ func TestHeartbeatSkipsTicksItIsToldTo(t *testing.T) {
 		t.Fatalf("a skipped tick asked the broker %v", broker.Actions())
 	}
 }
+
+func TestAStandInNeverCreatesTheLease(t *testing.T) {
+	h, broker, clk := heartbeat(10 * time.Second)
+	h.StaleAfter = 5 * time.Second
+	if err := h.renew(context.Background(), clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range broker.Actions() {
+		if a.GetVerb() == "create" {
+			t.Fatalf("a stand-in created the Lease: %v", broker.Actions())
+		}
+	}
+}
