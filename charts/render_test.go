@@ -109,10 +109,11 @@ func everyValue() map[string]any {
 		"vipBlockBits":     map[string]any{"ipv4": 20, "ipv6": 80},
 		"ipFamilies":       []any{"IPv4"},
 		"ports":            map[string]any{"dns": 20053, "health": 20054, "metrics": 20055},
-		"metrics":          map[string]any{"bindAddress": "$(POD_IP)"},
+		"metrics":          map[string]any{"bindAddress": "$(POD_IP)", "tlsSecret": "mcsd-metrics-tls", "readers": []any{map[string]any{"namespace": "monitoring", "name": "prometheus-k8s"}}},
 		"priorityClass":    map[string]any{"create": true, "name": "mcsd-critical", "value": 999},
 		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
-		"podMonitor":       map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"grafanaDashboard": map[string]any{"enabled": true, "namespace": "monitoring", "labels": map[string]any{"grafana_dashboard": "mcs"}, "annotations": map[string]any{"grafana_folder": "Networking"}},
+		"podMonitor":       map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus-stack"}, "tlsConfig": map[string]any{"serverName": "mcsd-metrics.mcs.svc"}},
 		"logVerbosity":     4,
 		"nodeAgent": map[string]any{
 			"priorityClassName": "mcsd-critical",
@@ -149,10 +150,12 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	var deploy appsv1.Deployment
 	var ns corev1.Namespace
 	var binding rbacv1.RoleBinding
+	clusterBindings := map[string]rbacv1.ClusterRoleBinding{}
+	var reader rbacv1.ClusterRole
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmission") && o.GetKind() != "PriorityClass" && o.GetNamespace() != "mcs" {
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmission") && o.GetKind() != "PriorityClass" && o.GetNamespace() != "mcs" && o.GetName() != "mcsd-grafana-dashboard" {
 			t.Errorf("%s %s is in namespace %q, want the release's, mcs", o.GetKind(), o.GetName(), o.GetNamespace())
 		}
 		switch o.GetKind() {
@@ -166,10 +169,25 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetName() == "mcsd-controller" {
 				convert(t, o, &binding)
 			}
+		case "ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			convert(t, o, &b)
+			clusterBindings[b.Name] = b
+		case "ClusterRole":
+			if o.GetName() == "mcsd-metrics-reader" {
+				convert(t, o, &reader)
+			}
 		case "PodMonitor":
 			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
 			if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" || endpoints[0].(map[string]any)["interval"] != "15s" {
 				t.Errorf("PodMonitor endpoints %v, want the metrics port every 15s", endpoints)
+			}
+			// Over HTTPS, with the scraper's token, verifying as asked.
+			endpoint := endpoints[0].(map[string]any)
+			secret, _, _ := unstructured.NestedString(endpoint, "authorization", "credentials", "name")
+			serverName, _, _ := unstructured.NestedString(endpoint, "tlsConfig", "serverName")
+			if endpoint["scheme"] != "https" || secret != "mcsd-metrics-scraper-token" || serverName != "mcsd-metrics.mcs.svc" {
+				t.Errorf("PodMonitor endpoint %v, want https with the token of mcsd-metrics-scraper-token and podMonitor.tlsConfig", endpoint)
 			}
 			if o.GetLabels()["release"] != "kube-prometheus-stack" {
 				t.Errorf("PodMonitor labelled %v, without podMonitor.labels", o.GetLabels())
@@ -191,6 +209,23 @@ func TestValuesReachTheirObjects(t *testing.T) {
 			if o.GetLabels()["release"] != "kube-prometheus-stack" {
 				t.Errorf("PrometheusRule labelled %v, without prometheusRule.labels", o.GetLabels())
 			}
+		case "ConfigMap":
+			if o.GetName() != "mcsd-grafana-dashboard" {
+				break
+			}
+			kinds["dashboard"]++
+			file, err := os.ReadFile("mcsd/files/grafana-dashboard.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _, _ := unstructured.NestedString(o.Object, "data", "mcsd.json")
+			if data != strings.TrimSpace(string(file)) {
+				t.Errorf("the dashboard ConfigMap's mcsd.json is not files/grafana-dashboard.json")
+			}
+			if o.GetNamespace() != "monitoring" || o.GetLabels()["grafana_dashboard"] != "mcs" || o.GetAnnotations()["grafana_folder"] != "Networking" {
+				t.Errorf("dashboard ConfigMap in %q, labelled %v, annotated %v: without grafanaDashboard's namespace, labels and annotations",
+					o.GetNamespace(), o.GetLabels(), o.GetAnnotations())
+			}
 		case "ValidatingAdmissionPolicy":
 			expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			if len(expr) != 1 || !strings.Contains(expr[0].(map[string]any)["expression"].(string), `"system:serviceaccount:mcs:mcsd-node-agent"`) {
@@ -204,8 +239,30 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	if kinds["PrometheusRule"] != 1 {
 		t.Errorf("prometheusRule.enabled true rendered %d PrometheusRules", kinds["PrometheusRule"])
 	}
+	if kinds["dashboard"] != 1 {
+		t.Errorf("grafanaDashboard.enabled true rendered %d dashboard ConfigMaps", kinds["dashboard"])
+	}
 	if kinds["PriorityClass"] != 1 {
 		t.Errorf("priorityClass.create true rendered %d PriorityClasses", kinds["PriorityClass"])
+	}
+	// mcsd's identities may have tokens and accesses reviewed; readers,
+	// and the PodMonitor's scraper, may get /metrics.
+	for name, want := range map[string][]string{
+		"mcsd-auth-delegator":  {"system:auth-delegator", "mcs/mcsd-controller", "mcs/mcsd-node-agent"},
+		"mcsd-metrics-reader":  {"mcsd-metrics-reader", "monitoring/prometheus-k8s"},
+		"mcsd-metrics-scraper": {"mcsd-metrics-reader", "mcs/mcsd-metrics-scraper"},
+	} {
+		b := clusterBindings[name]
+		got := []string{b.RoleRef.Name}
+		for _, s := range b.Subjects {
+			got = append(got, s.Namespace+"/"+s.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ClusterRoleBinding %s binds %v, want %v", name, got, want)
+		}
+	}
+	if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; !cmp.Equal(reader.Rules, want) {
+		t.Errorf("ClusterRole mcsd-metrics-reader grants %+v, want %+v", reader.Rules, want)
 	}
 	if ns.Name != "mcs" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Errorf("namespace %q labelled %v, want mcs enforcing privileged", ns.Name, ns.Labels)
@@ -227,12 +284,12 @@ func TestValuesReachTheirObjects(t *testing.T) {
 	}{
 		{"node agent", agent, ds.Spec.Template.ObjectMeta, "mcsd-critical", []string{
 			"--leader-elect-namespace=mcs", "--dns-listen=[$(POD_IP)]:20053", "--health-address=[$(POD_IP)]:20054",
-			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
-			"--v=4", "--proxier-mode=auto"}},
+			"--metrics-address=[$(POD_IP)]:20055", "--metrics-tls-cert-file=/etc/mcsd/metrics-tls/tls.crt", "--metrics-tls-private-key-file=/etc/mcsd/metrics-tls/tls.key",
+			"--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4", "--v=4", "--proxier-mode=auto"}},
 		{"controller", ctrl, deploy.Spec.Template.ObjectMeta, "high", []string{
 			"--broker-secret=mcs/broker-east", "--leader-elect-namespace=mcs", "--health-address=:20054",
-			"--metrics-address=[$(POD_IP)]:20055", "--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4",
-			"--vip-block-bits-ipv4=20", "--vip-block-bits-ipv6=80", "--v=4", "--exporter-workers=8"}},
+			"--metrics-address=[$(POD_IP)]:20055", "--metrics-tls-cert-file=/etc/mcsd/metrics-tls/tls.crt", "--metrics-tls-private-key-file=/etc/mcsd/metrics-tls/tls.key",
+			"--cluster-id=east", "--clusterset-cidrs=10.96.0.0/12", "--ip-families=IPv4", "--vip-block-bits-ipv4=20", "--vip-block-bits-ipv6=80", "--v=4", "--exporter-workers=8"}},
 	} {
 		c := tc.spec.Containers[0]
 		for _, a := range tc.args {
@@ -254,6 +311,10 @@ func TestValuesReachTheirObjects(t *testing.T) {
 		}
 		if env(c, "POD_IP") == nil {
 			t.Errorf("%s: no POD_IP for --metrics-address", tc.what)
+		}
+		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/mcsd/metrics-tls" || len(tc.spec.Volumes) != 1 ||
+			tc.spec.Volumes[0].Name != c.VolumeMounts[0].Name || tc.spec.Volumes[0].Secret == nil || tc.spec.Volumes[0].Secret.SecretName != "mcsd-metrics-tls" {
+			t.Errorf("%s: mounts %+v of volumes %+v, want metrics.tlsSecret at /etc/mcsd/metrics-tls", tc.what, c.VolumeMounts, tc.spec.Volumes)
 		}
 	}
 	if e := env(agent.Containers[0], "POD_CIDRS"); e == nil || e.Value != "10.244.0.0/16,fd00:10:244::/56" {
@@ -409,8 +470,10 @@ func TestDocumentsRefuseAKeyGivenTwice(t *testing.T) {
 
 // /metrics on loopback: no pod declares a port nobody else reaches, and a
 // PodMonitor, which could not scrape it, is refused naming the values.
+// Plain HTTP is allowed there only.
 func TestLoopbackMetricsHaveNoPortNorPodMonitor(t *testing.T) {
-	objs, err := charts.Objects("mcsd-system", nil)
+	loopback := map[string]any{"bindAddress": "127.0.0.1"}
+	objs, err := charts.Objects("mcsd-system", map[string]any{"metrics": loopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,8 +488,67 @@ func TestLoopbackMetricsHaveNoPortNorPodMonitor(t *testing.T) {
 			}
 		}
 	}
-	_, err = charts.Objects("mcsd-system", map[string]any{"podMonitor": map[string]any{"enabled": true}})
+	_, err = charts.Objects("mcsd-system", map[string]any{"metrics": loopback, "podMonitor": map[string]any{"enabled": true}})
 	if err == nil || !strings.Contains(err.Error(), "podMonitor.enabled") || !strings.Contains(err.Error(), "metrics.bindAddress") {
 		t.Errorf("podMonitor.enabled with loopback metrics: %v, want an error naming podMonitor.enabled and metrics.bindAddress", err)
+	}
+
+	plain := map[string]any{"bindAddress": "127.0.0.1", "secure": false}
+	objs, err = charts.Objects("mcsd-system", map[string]any{"metrics": plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "mcsd-auth-delegator" {
+			t.Errorf("plain /metrics still binds system:auth-delegator, which only the reviews need")
+		}
+		if o.GetKind() == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			convert(t, o, &ds)
+			if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--metrics-secure=false") {
+				t.Errorf("metrics.secure false: args %q", ds.Spec.Template.Spec.Containers[0].Args)
+			}
+		}
+	}
+	_, err = charts.Objects("mcsd-system", map[string]any{"metrics": map[string]any{"secure": false}})
+	if err == nil || !strings.Contains(err.Error(), "metrics.secure: false") {
+		t.Errorf("plain /metrics on the pod's address: %v, want an error naming metrics.secure", err)
+	}
+}
+
+// By default every pod serves /metrics on its metrics port, over HTTPS to
+// the tokens the API server reviews: mcsd's identities may have them
+// reviewed.
+func TestMetricsAreSecureByDefault(t *testing.T) {
+	objs, err := charts.Objects("mcsd-system", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delegators := 0
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet", "Deployment":
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := containers[0].(map[string]any)
+			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			if !slices.Contains(args, "--metrics-address=[$(POD_IP)]:10273") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--metrics-secure") }) {
+				t.Errorf("%s: args %q, want the secure default on the pod's address", o.GetName(), args)
+			}
+			ports, _, _ := unstructured.NestedSlice(c, "ports")
+			if !slices.ContainsFunc(ports, func(p any) bool { return p.(map[string]any)["name"] == "metrics" }) {
+				t.Errorf("%s: ports %v, without metrics", o.GetName(), ports)
+			}
+		case "ClusterRoleBinding":
+			if o.GetName() == "mcsd-auth-delegator" {
+				delegators++
+			}
+		case "ClusterRole":
+			if o.GetName() == "mcsd-metrics-reader" {
+				t.Errorf("mcsd-metrics-reader without podMonitor.enabled or metrics.readers")
+			}
+		}
+	}
+	if delegators != 1 {
+		t.Errorf("%d ClusterRoleBindings mcsd-auth-delegator, want 1", delegators)
 	}
 }

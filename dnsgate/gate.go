@@ -11,13 +11,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -37,17 +36,10 @@ const (
 
 // Config says whose data plane the gate reports on and whom it tells.
 type Config struct {
-	// Client writes this node's report and watches every node's, and the
-	// node agents' pods.
+	// Client writes this node's report and watches the cluster's summary.
 	Client kubernetes.Interface
-	// Namespace holds the report Leases and the node agents' pods (mcsd's
-	// own).
+	// Namespace holds the report Leases and the summary (mcsd's own).
 	Namespace string
-	// PeerPods is the label selector of the node agents' pods in
-	// Namespace: a node's report counts while a pod of it on that node is
-	// Ready. The kubelet says whether a peer is alive, so no node renews
-	// its report to say so.
-	PeerPods string
 	// NodeName is this node's name; it names the node's report.
 	NodeName string
 	// Families are the IP families the proxier programs; ClusterSetIPs of
@@ -59,23 +51,18 @@ type Config struct {
 	// Imports is the informer of the local cluster's ServiceImports that
 	// the proxier is fed from; the gate adds its handler to it.
 	Imports cache.SharedIndexInformer
-	// MinWrite is the least time between two writes of the report: a
-	// burst of syncs costs one write.
-	MinWrite time.Duration
-	// MaxPending caps the ClusterSetIPs a report lists; beyond it the
-	// report says less (an older Through, nothing pending) and holds back
-	// as much.
-	MaxPending int
-	Clock      clock.WithTicker
-	Logger     klog.Logger
+	// Writing paces the report's writes (MinWrite: a burst of syncs costs
+	// one write) and caps its Pending list (MaxPending, default
+	// DefaultMaxPending: beyond it the report says less, an older Through
+	// and nothing pending, and holds back as much).
+	Writing
 }
 
 // Gate is one node's part: its proxier's observer, its report's writer and
 // its DNS's gate.
 type Gate struct {
 	cfg     Config
-	leases  informers.SharedInformerFactory
-	pods    informers.SharedInformerFactory
+	summary informers.SharedInformerFactory
 	publish chan struct{}
 	// importsSynced says the gate has seen every ServiceImport of the
 	// informer's initial list.
@@ -101,11 +88,12 @@ type Gate struct {
 	// it carries itself, as without this gate.
 	orderless bool
 
-	// peers are the other nodes' reports by Lease name; readyPods are the
-	// Ready node-agent pods by node.
-	peers       map[string]*peer
-	readyPods   map[string]map[string]bool
-	peersSynced bool
+	// cluster is the summary of the live nodes' reports (nil until there
+	// is one); clusterPending is its Pending as a set. summarySynced says
+	// the summary's informer has listed.
+	cluster        *Summary
+	clusterPending map[netip.Addr]bool
+	summarySynced  bool
 
 	// released is what Downstream was told may be handed out; told are the
 	// families it has heard of once.
@@ -118,70 +106,33 @@ type importEntry struct {
 	vips []netip.Addr
 }
 
-// peer is another node's report.
-type peer struct {
-	node   string
-	report Report
-	// pending is report.Pending as a set.
-	pending map[netip.Addr]bool
-}
-
 // New returns a gate; Run starts it. Hand the gate to the proxier as its
 // VIPObserver.
 func New(cfg Config) (*Gate, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Imports == nil {
 		return nil, fmt.Errorf("dnsgate: a client, a namespace, the node's name and the ServiceImport informer are required")
 	}
-	if cfg.PeerPods == "" {
-		cfg.PeerPods = DefaultPeerPods
-	}
-	if _, err := labels.Parse(cfg.PeerPods); err != nil {
-		return nil, fmt.Errorf("dnsgate: the node agents' pod selector %q: %w", cfg.PeerPods, err)
-	}
-	if cfg.MinWrite <= 0 {
-		cfg.MinWrite = DefaultMinWrite
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background().WithName("dnsgate")
-	}
+	cfg.Writing = cfg.Writing.withDefaults(DefaultMaxPending, "dnsgate")
 	g := &Gate{
-		cfg:       cfg,
-		publish:   make(chan struct{}, 1),
-		reported:  map[bool]bool{},
-		carried:   map[netip.Addr]bool{},
-		imports:   map[string]importEntry{},
-		owners:    map[netip.Addr]map[string]string{},
-		peers:     map[string]*peer{},
-		readyPods: map[string]map[string]bool{},
-		released:  map[netip.Addr]bool{},
-		told:      map[bool]bool{},
+		cfg:      cfg,
+		publish:  make(chan struct{}, 1),
+		reported: map[bool]bool{},
+		carried:  map[netip.Addr]bool{},
+		imports:  map[string]importEntry{},
+		owners:   map[netip.Addr]map[string]string{},
+		released: map[netip.Addr]bool{},
+		told:     map[bool]bool{},
 	}
-	g.leases = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+	// The summary alone: one object, whatever the number of nodes.
+	g.summary = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelComponent: ComponentNodeReport}).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", SummaryLeaseName).String()
 		}))
-	_, err := g.leases.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { g.setPeer(obj) },
-		UpdateFunc: func(_, obj any) { g.setPeer(obj) },
-		DeleteFunc: g.deletePeer,
-	})
-	if err != nil {
-		return nil, err
-	}
-	g.pods = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.PeerPods }))
-	_, err = g.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { g.setPod(obj) },
-		UpdateFunc: func(_, obj any) { g.setPod(obj) },
-		DeleteFunc: g.deletePod,
+	_, err := g.summary.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { g.setSummary(obj) },
+		UpdateFunc: func(_, obj any) { g.setSummary(obj) },
+		DeleteFunc: g.deleteSummary,
 	})
 	if err != nil {
 		return nil, err
@@ -297,69 +248,31 @@ func (g *Gate) atLeast(a, b string) bool {
 	return a == b || g.newer(a, b)
 }
 
-func (g *Gate) setPeer(obj any) {
+func (g *Gate) setSummary(obj any) {
 	l, ok := obj.(*coordinationv1.Lease)
-	if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == g.cfg.NodeName {
+	if !ok || l.Name != SummaryLeaseName {
 		return
 	}
-	r := reportOf(l)
-	p := &peer{node: *l.Spec.HolderIdentity, report: r, pending: map[netip.Addr]bool{}}
-	for _, a := range r.Pending {
-		p.pending[a] = true
+	sum := summaryOf(l)
+	pending := make(map[netip.Addr]bool, len(sum.Pending))
+	for _, a := range sum.Pending {
+		pending[a] = true
 	}
 	g.mu.Lock()
-	g.peers[l.Name] = p
+	g.cluster, g.clusterPending = &sum, pending
 	g.mu.Unlock()
 	g.changed()
 }
 
-func (g *Gate) deletePeer(obj any) {
+func (g *Gate) deleteSummary(obj any) {
 	l, ok := deleted[*coordinationv1.Lease](obj)
-	if !ok {
+	if !ok || l.Name != SummaryLeaseName {
 		return
 	}
 	g.mu.Lock()
-	delete(g.peers, l.Name)
+	g.cluster, g.clusterPending = nil, nil
 	g.mu.Unlock()
 	g.changed()
-}
-
-// setPod notes whether a node agent's pod is Ready on its node.
-func (g *Gate) setPod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
-		return
-	}
-	g.mu.Lock()
-	if podReady(pod) {
-		if g.readyPods[pod.Spec.NodeName] == nil {
-			g.readyPods[pod.Spec.NodeName] = map[string]bool{}
-		}
-		g.readyPods[pod.Spec.NodeName][pod.Name] = true
-	} else {
-		g.forgetPod(pod)
-	}
-	g.mu.Unlock()
-	g.changed()
-}
-
-func (g *Gate) deletePod(obj any) {
-	pod, ok := deleted[*corev1.Pod](obj)
-	if !ok {
-		return
-	}
-	g.mu.Lock()
-	g.forgetPod(pod)
-	g.mu.Unlock()
-	g.changed()
-}
-
-// forgetPod drops a pod from the Ready ones. g.mu must be held.
-func (g *Gate) forgetPod(pod *corev1.Pod) {
-	delete(g.readyPods[pod.Spec.NodeName], pod.Name)
-	if len(g.readyPods[pod.Spec.NodeName]) == 0 {
-		delete(g.readyPods, pod.Spec.NodeName)
-	}
 }
 
 // podReady says whether a pod is Ready and not on its way out: a deleted
@@ -390,6 +303,11 @@ func deleted[T any](obj any) (T, bool) {
 // be written.
 func (g *Gate) changed() {
 	g.evaluate()
+	g.askWrite()
+}
+
+// askWrite asks Run to write the report if it changed.
+func (g *Gate) askWrite() {
 	select {
 	case g.publish <- struct{}{}:
 	default:
@@ -421,16 +339,13 @@ func (g *Gate) evaluate() {
 	if !g.importsSynced() {
 		return
 	}
+	// Nor before there is a summary: the first thing DNS hears must
+	// already hand out every name the cluster carries. The controller
+	// writes one as soon as it has listed the reports.
 	g.mu.Lock()
-	if !g.peersSynced {
+	if !g.summarySynced || g.cluster == nil {
 		g.mu.Unlock()
 		return
-	}
-	var live []*peer
-	for _, p := range g.peers {
-		if len(g.readyPods[p.node]) > 0 {
-			live = append(live, p)
-		}
 	}
 	for v4, ok := range g.reported {
 		if ok && !g.told[v4] {
@@ -444,7 +359,7 @@ func (g *Gate) evaluate() {
 		}
 	}
 	for a := range g.carried {
-		if g.released[a] || !g.everyNodeCarries(a, live) {
+		if g.released[a] || !g.everyNodeCarries(a) {
 			continue
 		}
 		g.released[a] = true
@@ -461,14 +376,14 @@ func (g *Gate) evaluate() {
 		}
 		g.cfg.Downstream.VIPsProgrammed(family, d.added, d.removed)
 		if len(d.added)+len(d.removed) > 0 {
-			g.cfg.Logger.V(4).Info("ClusterSetIPs every live node carries changed", "ipFamily", family, "added", len(d.added), "removed", len(d.removed), "liveNodes", len(live)+1)
+			g.cfg.Logger.V(4).Info("ClusterSetIPs every live node carries changed", "ipFamily", family, "added", len(d.added), "removed", len(d.removed))
 		}
 	}
 }
 
-// everyNodeCarries says whether every live peer's report shows a ClusterSetIP
-// this node carries as carried there too. g.mu must be held.
-func (g *Gate) everyNodeCarries(a netip.Addr, live []*peer) bool {
+// everyNodeCarries says whether the summary shows a ClusterSetIP this node
+// carries as carried by every live node. g.mu must be held.
+func (g *Gate) everyNodeCarries(a netip.Addr) bool {
 	if !g.gated(a) || g.orderless {
 		return true
 	}
@@ -478,16 +393,14 @@ func (g *Gate) everyNodeCarries(a netip.Addr, live []*peer) bool {
 			rv = r
 		}
 	}
-	if rv == "" {
+	switch {
+	case rv == "":
 		// Carried, but the gate has not seen its ServiceImport yet.
 		return false
+	case g.cluster.Orderless || g.cluster.LiveNodes == 0:
+		return true
 	}
-	for _, p := range live {
-		if p.pending[a] || !g.atLeast(p.report.Through, rv) {
-			return false
-		}
-	}
-	return true
+	return !g.clusterPending[a] && g.atLeast(g.cluster.Through, rv)
 }
 
 // Report is what this node says now: Through, and the ClusterSetIPs of the
@@ -536,20 +449,20 @@ func (g *Gate) ready() bool {
 	return true
 }
 
-// Run watches the other nodes' reports and pods and writes this node's
-// report, each time it changes, until ctx ends. Downstream hears nothing
-// before the reports and pods are listed.
+// Run watches the cluster's summary and writes this node's report, each
+// time it changes, until ctx ends. Downstream hears nothing before the
+// summary is listed.
 func (g *Gate) Run(ctx context.Context) {
-	g.leases.Start(ctx.Done())
-	g.pods.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), g.leases.Coordination().V1().Leases().Informer().HasSynced, g.pods.Core().V1().Pods().Informer().HasSynced, g.importsSynced) {
+	g.summary.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), g.summary.Coordination().V1().Leases().Informer().HasSynced, g.importsSynced) {
 		return
 	}
 	g.mu.Lock()
-	g.peersSynced = true
+	g.summarySynced = true
 	g.mu.Unlock()
 	g.evaluate()
-	w := newWriter(g)
+	w := &leaseWriter{client: g.cfg.Client, namespace: g.cfg.Namespace, name: LeaseName(g.cfg.NodeName), holder: g.cfg.NodeName, component: ComponentNodeReport, clock: g.cfg.Clock}
+	var last *Report
 	for {
 		select {
 		case <-ctx.Done():
@@ -559,13 +472,22 @@ func (g *Gate) Run(ctx context.Context) {
 		if !g.ready() {
 			continue
 		}
-		if err := w.write(ctx, g.Report()); err != nil {
-			g.cfg.Logger.Error(err, "Writing this node's data-plane report; other nodes' DNS holds back new ClusterSetIPs until it is written", "lease", klog.KRef(g.cfg.Namespace, LeaseName(g.cfg.NodeName)))
+		// An unchanged report is not written again: whether the node is
+		// alive is its pod's readiness, not a renewal.
+		delay := g.cfg.MinWrite
+		if r := g.Report(); last == nil || !r.equal(*last) {
+			if err := w.write(ctx, r.annotate); err != nil {
+				g.cfg.Logger.Error(err, "Writing this node's data-plane report; every node's DNS holds back new ClusterSetIPs until it is written", "lease", klog.KRef(g.cfg.Namespace, LeaseName(g.cfg.NodeName)))
+				delay = writeRetry
+				g.askWrite()
+			} else {
+				last = &r
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.cfg.Clock.After(g.cfg.MinWrite):
+		case <-g.cfg.Clock.After(delay):
 		}
 	}
 }

@@ -56,6 +56,7 @@ type world struct {
 	imports *mcsfake.Clientset
 	clock   *clocktesting.FakeClock
 	gate    *Gate
+	agg     *Aggregator
 	dns     *dnsIndex
 }
 
@@ -74,14 +75,33 @@ func newWorld(t *testing.T, objects ...runtime.Object) (*world, mcsinformers.Sha
 	w := &world{t: t, ctx: ctx, client: fake.NewClientset(), clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), dns: &dnsIndex{handed: map[netip.Addr]bool{}}}
 	w.imports = mcsfake.NewSimpleClientset(objects...)
 	factory := mcsinformers.NewSharedInformerFactory(w.imports, 0)
-	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Clock: w.clock,
+	g, err := New(Config{Client: w.client, Namespace: ns, NodeName: "node-a", Families: []corev1.IPFamily{corev1.IPv4Protocol}, Downstream: w.dns, Writing: Writing{Clock: w.clock},
 		Imports: factory.Multicluster().V1beta1().ServiceImports().Informer()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.gate = g
+	// The controller's part, on the real clock: the tests step the fake
+	// one for this node's report alone.
+	w.agg, err = NewAggregator(AggregatorConfig{Client: w.client, Namespace: ns, Holder: "controller", Writing: Writing{MinWrite: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.agg.Run(ctx)
 	go g.Run(ctx)
 	return w, factory
+}
+
+// settled waits until the gate has the summary of every report and pod
+// the aggregator has seen.
+func (w *world) settled() {
+	w.t.Helper()
+	w.await("the gate sees the summary of what the aggregator has", func() bool {
+		want := w.agg.Summary()
+		w.gate.mu.Lock()
+		defer w.gate.mu.Unlock()
+		return w.gate.cluster != nil && w.gate.cluster.equal(want)
+	})
 }
 
 // importOf makes a ServiceImport as the API server would store it at
@@ -119,6 +139,13 @@ func (w *world) peer(node, through string, pending ...string) {
 			w.t.Fatal(err)
 		}
 	}
+	w.await("the aggregator sees the report of "+node, func() bool {
+		w.agg.mu.Lock()
+		defer w.agg.mu.Unlock()
+		got := w.agg.reports[LeaseName(node)]
+		return got != nil && got.report.equal(r)
+	})
+	w.settled()
 }
 
 // podOn makes the node agent's pod on node Ready or not, as the kubelet
@@ -140,11 +167,12 @@ func (w *world) podOn(node string, ready bool) {
 			w.t.Fatal(err)
 		}
 	}
-	w.await("the gate sees the pod on "+node, func() bool {
-		w.gate.mu.Lock()
-		defer w.gate.mu.Unlock()
-		return (len(w.gate.readyPods[node]) > 0) == ready
+	w.await("the aggregator sees the pod on "+node, func() bool {
+		w.agg.mu.Lock()
+		defer w.agg.mu.Unlock()
+		return (len(w.agg.readyPods[node]) > 0) == ready
 	})
+	w.settled()
 }
 
 func (w *world) await(what string, cond func() bool) {
@@ -184,17 +212,11 @@ func TestAloneANodeHandsOutWhatItCarries(t *testing.T) {
 func TestAClusterSetIPWaitsForEveryNodeToCarryIt(t *testing.T) {
 	w := start(t)
 	w.peer("node-b", "9")
-	w.await("the peer's report seen", func() bool { w.gate.mu.Lock(); defer w.gate.mu.Unlock(); return len(w.gate.peers) == 1 })
 	w.importOf("web", "10", vip.String())
 	carried(w, vip.String())
 	w.holds(vip, "node-b has not seen the ServiceImport (Through 9 < 10)")
 
 	w.peer("node-b", "10", vip.String())
-	w.await("the peer's new report seen", func() bool {
-		w.gate.mu.Lock()
-		defer w.gate.mu.Unlock()
-		return w.gate.peers[LeaseName("node-b")].report.Through == "10"
-	})
 	w.holds(vip, "node-b lists it pending")
 
 	w.peer("node-b", "12")
@@ -202,11 +224,6 @@ func TestAClusterSetIPWaitsForEveryNodeToCarryIt(t *testing.T) {
 
 	// Handed out stays handed out while this node carries it.
 	w.peer("node-b", "13", vip.String())
-	w.await("the peer's report seen", func() bool {
-		w.gate.mu.Lock()
-		defer w.gate.mu.Unlock()
-		return w.gate.peers[LeaseName("node-b")].report.Through == "13"
-	})
 	w.gate.evaluate()
 	if !w.dns.hands(vip) {
 		t.Fatal("a handed-out ClusterSetIP was taken back because a peer listed it pending again")
@@ -221,7 +238,6 @@ func TestAClusterSetIPWaitsForEveryNodeToCarryIt(t *testing.T) {
 func TestAPeerWhosePodIsNotReadyHoldsNothingBack(t *testing.T) {
 	w := start(t)
 	w.peer("node-b", "1")
-	w.await("the peer's report seen", func() bool { w.gate.mu.Lock(); defer w.gate.mu.Unlock(); return len(w.gate.peers) == 1 })
 	w.importOf("web", "10", vip.String())
 	carried(w, vip.String())
 	w.holds(vip, "node-b's report is behind and its pod is Ready")
@@ -253,8 +269,11 @@ func TestAnUnchangedReportIsNotWrittenAgain(t *testing.T) {
 	writes := func() int {
 		n := 0
 		for _, a := range w.client.Actions() {
-			if a.GetResource().Resource == "leases" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
-				n++
+			// This node's report, not the controller's summary.
+			if o, ok := a.(interface{ GetObject() runtime.Object }); ok && a.GetResource().Resource == "leases" {
+				if l, ok := o.GetObject().(*coordinationv1.Lease); ok && l.Name == LeaseName("node-a") {
+					n++
+				}
 			}
 		}
 		return n

@@ -11,12 +11,19 @@
 // ClusterSetIPs of the ServiceImports it has seen that its proxier does not
 // carry yet (Pending). Since a node sees ServiceImports in resourceVersion
 // order, every ClusterSetIP of a ServiceImport at or below Through is either
-// carried by that node or listed in Pending. A node's DNS hands out a
-// ClusterSetIP it carries once every live node's report has Through at or
-// above the resourceVersion of the ServiceImport that lists it and does not
-// list it as Pending. A node is live while its node agent's pod is Ready
-// there: the kubelet already says so, so nothing is renewed to say it
-// again, and a node whose pod is gone or not Ready holds nothing back.
+// carried by that node or listed in Pending.
+//
+// The controller (Aggregator) folds the reports of the live nodes into one
+// summary Lease, SummaryLeaseName: the lowest Through and the union of the
+// Pending lists. A node is live while its node agent's pod is Ready there:
+// the kubelet already says so, so nothing is renewed to say it again, and a
+// node whose pod is gone or not Ready holds nothing back. A node's DNS hands
+// out a ClusterSetIP it carries once the summary's Through is at or above
+// the resourceVersion of the ServiceImport that lists it and the summary
+// does not list it as Pending: exactly when every live node carries it. So
+// a batch of changes costs each node one write and one watch event of the
+// summary, and the controller one watch event per report: O(nodes), where
+// every node watching every report would cost O(nodes²).
 //
 // A node agent may write only its own node's report: the admission policy
 // shipped in manifests/mcsd compares the Lease's name and holder with the
@@ -33,6 +40,7 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -53,6 +61,18 @@ const (
 	AnnotationPending = "mcsd.io/pending-clusterset-ips"
 
 	leasePrefix = "mcsd-node-"
+
+	// SummaryLeaseName is the Lease holding the cluster's summary of the
+	// live nodes' reports, written by the controller alone (a node agent
+	// may write only mcsd-node-<its node>), labelled ComponentSummary.
+	SummaryLeaseName = "mcsd-dns-gate"
+	ComponentSummary = "node-report-summary"
+	// AnnotationLiveNodes holds the number of live nodes the summary
+	// covers; AnnotationOrderless is "true" when their reports'
+	// resourceVersions do not compare (every node then hands out what it
+	// carries).
+	AnnotationLiveNodes = "mcsd.io/live-nodes"
+	AnnotationOrderless = "mcsd.io/orderless"
 )
 
 // LeaseName is the name of a node's report Lease: its name, or a digest of
@@ -104,4 +124,33 @@ func reportOf(l *coordinationv1.Lease) Report {
 // equal says whether two reports say the same.
 func (r Report) equal(o Report) bool {
 	return r.Through == o.Through && slices.Equal(r.Pending, o.Pending)
+}
+
+// Summary is what the live nodes' reports say together.
+type Summary struct {
+	// Report's Through is the lowest of the live nodes' ("" when one has
+	// seen no ServiceImport, or the union of Pending was too long to list),
+	// and Pending the union of theirs.
+	Report
+	LiveNodes int
+	Orderless bool
+}
+
+func (s Summary) annotate(l *coordinationv1.Lease) {
+	s.Report.annotate(l)
+	l.Annotations[AnnotationLiveNodes] = strconv.Itoa(s.LiveNodes)
+	l.Annotations[AnnotationOrderless] = strconv.FormatBool(s.Orderless)
+}
+
+// summaryOf reads a summary from its Lease; a count that does not parse is
+// no live node.
+func summaryOf(l *coordinationv1.Lease) Summary {
+	s := Summary{Report: reportOf(l)}
+	s.LiveNodes, _ = strconv.Atoi(l.Annotations[AnnotationLiveNodes])
+	s.Orderless = l.Annotations[AnnotationOrderless] == "true"
+	return s
+}
+
+func (s Summary) equal(o Summary) bool {
+	return s.Report.equal(o.Report) && s.LiveNodes == o.LiveNodes && s.Orderless == o.Orderless
 }

@@ -37,6 +37,17 @@ type Heartbeat struct {
 	// OnRenew, when set, is told the outcome of every renewal (for metrics
 	// and health).
 	OnRenew func(err error)
+	// StaleAfter, when set, makes this heartbeat a stand-in for another
+	// one: it renews only a Lease last renewed at least this long ago, so
+	// that a cluster whose leader died without releasing its election
+	// stays alive for the others while a standby waits to lead.
+	StaleAfter time.Duration
+	// Skip, when set, is asked before each tick; true skips it, unreported
+	// to OnRenew.
+	Skip func(ctx context.Context) bool
+	// OnStoodIn, when set, is told of each renewal made for a stale Lease
+	// (with StaleAfter), with the age it renewed.
+	OnStoodIn func(age time.Duration)
 }
 
 // Run renews the Lease every Interval until ctx ends. Failures are logged
@@ -48,6 +59,9 @@ func (h *Heartbeat) Run(ctx context.Context) {
 		clk = clock.RealClock{}
 	}
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		if h.Skip != nil && h.Skip(ctx) {
+			return
+		}
 		err := h.renew(ctx, clk.Now())
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Renewing the broker Lease failed; other clusters drop this cluster's endpoints if it stays failed", "lease", klog.KRef(h.Namespace, h.Name), "leaseDuration", h.Duration)
@@ -65,6 +79,12 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 		seconds = 1
 	}
 	lease, err := leases.Get(ctx, h.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && h.StaleAfter > 0 {
+		// A stand-in keeps alive only a cluster that a leader brought
+		// up; creating the Lease is the leader's, and the member's quota
+		// holds one.
+		return nil
+	}
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: h.Namespace, Labels: map[string]string{mcsv1beta1.LabelSourceCluster: h.ClusterID}, Annotations: h.annotations(nil)},
@@ -83,12 +103,30 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("reading broker Lease %s/%s: %w", h.Namespace, h.Name, err)
 	}
+	var age time.Duration
+	if h.StaleAfter > 0 {
+		if lease.Spec.RenewTime != nil {
+			age = now.Sub(lease.Spec.RenewTime.Time)
+		}
+		if lease.Spec.RenewTime != nil && age < h.StaleAfter {
+			return nil
+		}
+	}
 	lease.Annotations = h.annotations(lease.Annotations)
 	lease.Spec.HolderIdentity = ptr.To(h.ClusterID)
 	lease.Spec.LeaseDurationSeconds = ptr.To(seconds)
 	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		// Another replica renewed it between the read and the write: the
+		// cluster is alive, which is all the Lease says.
+		return nil
+	case err != nil:
 		return fmt.Errorf("renewing broker Lease %s/%s: %w", h.Namespace, h.Name, err)
+	}
+	if h.StaleAfter > 0 && h.OnStoodIn != nil {
+		h.OnStoodIn(age)
 	}
 	return nil
 }

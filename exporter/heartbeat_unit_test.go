@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -171,5 +173,74 @@ func TestHeartbeatWritesTheVersionOfMCSDOnTheLease(t *testing.T) {
 	clk.Step(time.Second)
 	if _, l := renew(t, h, broker, clk); l.Annotations[record.AnnotationLeaseVersion] != "v1.2.4" {
 		t.Fatalf("renewed Lease annotations %v", l.Annotations)
+	}
+}
+
+func TestStandInHeartbeatRenewsOnlyAStaleLease(t *testing.T) {
+	leader, broker, clk := heartbeat(10 * time.Second)
+	renew(t, leader, broker, clk)
+	standby := *leader
+	standby.StaleAfter = 5 * time.Second
+	var stoodIn []time.Duration
+	standby.OnStoodIn = func(age time.Duration) { stoodIn = append(stoodIn, age) }
+
+	clk.Step(4 * time.Second)
+	verbs, l := renew(t, &standby, broker, clk)
+	t.Run("a Lease the leader renewed recently is left alone", func(t *testing.T) {
+		if verbs != "get" || !l.Spec.RenewTime.Time.Equal(clk.Now().Add(-4*time.Second)) || len(stoodIn) != 0 {
+			t.Fatalf("actions %s, renewed at %v, stood in %v: want a read only", verbs, l.Spec.RenewTime, stoodIn)
+		}
+	})
+
+	clk.Step(2 * time.Second)
+	verbs, l = renew(t, &standby, broker, clk)
+	t.Run("a Lease the leader stopped renewing is renewed, and told", func(t *testing.T) {
+		if verbs != "get,update" || !l.Spec.RenewTime.Time.Equal(clk.Now()) {
+			t.Fatalf("actions %s, renewed at %v: want renewed now", verbs, l.Spec.RenewTime)
+		}
+		if len(stoodIn) != 1 || stoodIn[0] != 6*time.Second {
+			t.Fatalf("stood in for %v, want once for a Lease 6 s old", stoodIn)
+		}
+	})
+}
+
+func TestHeartbeatRenewalRacingAnotherReplicaIsASuccess(t *testing.T) {
+	h, broker, clk := heartbeat(10 * time.Second)
+	renew(t, h, broker, clk)
+	broker.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), record.LeaseName(testCluster), errors.New("the object has been modified"))
+	})
+	if err := h.renew(context.Background(), clk.Now()); err != nil {
+		t.Fatalf("renew: %v, want success: another replica renewed the Lease", err)
+	}
+}
+
+func TestHeartbeatSkipsTicksItIsToldTo(t *testing.T) {
+	h, broker, _ := heartbeat(10 * time.Second)
+	asked := make(chan struct{})
+	var once sync.Once
+	h.Skip = func(context.Context) bool { once.Do(func() { close(asked) }); return true }
+	h.OnRenew = func(err error) { t.Errorf("OnRenew told %v of a skipped tick", err) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	<-asked
+	cancel()
+	<-done
+	if len(broker.Actions()) != 0 {
+		t.Fatalf("a skipped tick asked the broker %v", broker.Actions())
+	}
+}
+
+func TestAStandInNeverCreatesTheLease(t *testing.T) {
+	h, broker, clk := heartbeat(10 * time.Second)
+	h.StaleAfter = 5 * time.Second
+	if err := h.renew(context.Background(), clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range broker.Actions() {
+		if a.GetVerb() == "create" {
+			t.Fatalf("a stand-in created the Lease: %v", broker.Actions())
+		}
 	}
 }

@@ -15,7 +15,7 @@ type Metrics struct {
 
 // NewMetrics registers the exporter's metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	renewals := controller.MetricOpts("exporter", "lease_renewals_total", "Broker Lease renewals by result (success, error).")
+	renewals := controller.MetricOpts("exporter", "lease_renewals_total", "Broker Lease renewals by result (success, error; standby: renewed by a standby replica for a leader that stopped renewing it).")
 	m := &Metrics{leaseRenewal: prometheus.NewCounterVec(prometheus.CounterOpts(renewals), []string{"result"})}
 	m.Metrics = controller.NewMetrics(reg, controller.MetricsOpts{
 		Subsystem:        "exporter",
@@ -36,4 +36,10 @@ func (m *Metrics) ObserveLeaseRenewal(err error) {
 		return
 	}
 	m.leaseRenewal.WithLabelValues("success").Inc()
+}
+
+// ObserveStandInRenewal counts a renewal a standby replica made for a
+// leader that stopped renewing (wire it to Heartbeat.OnStoodIn).
+func (m *Metrics) ObserveStandInRenewal() {
+	m.leaseRenewal.WithLabelValues("standby").Inc()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 )
 
 // metrics are the proxier's Prometheus metrics, named and labelled as
@@ -126,6 +127,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("registering proxier metrics: %w", errors.Join(errs...))
 	}
 	return m, nil
+}
+
+// startFailures exports the sync failures counter of mode and family at 0,
+// as kube-proxy's are from the start: rate() and the alert on it then see
+// the first failure, which a series born at 1 would hide.
+func (m *metrics) startFailures(mode Mode, family v1.IPFamily) {
+	if mode == ModeIPTables {
+		m.iptablesRestoreFailures.WithLabelValues(string(family))
+		return
+	}
+	m.syncFailures.WithLabelValues(string(family))
 }
 
 // registerShared registers *c with reg, or replaces *c with the collector of

@@ -261,6 +261,7 @@ func newProxier(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.startFailures(cfg.Mode, cfg.IPFamily)
 	p := &Proxier{
 		family: cfg.IPFamily,
 		policy: trafficPolicy{

@@ -162,6 +162,7 @@ these settings, instead of applying them.`,
 				return err
 			}
 			fmt.Fprintf(g.streams.Out, "broker installed at %s in namespace %s\n", cfg.Host, settings.Namespace)
+			fmt.Fprintln(g.streams.Out, exportRulesHint("ID[,ID...]", settings.Namespace))
 			return nil
 		},
 	}

@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,8 +162,8 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 	c1, c2 := cs.Members[0], cs.Members[1]
 
 	out := mcs.must(ctx, "broker", "install", "--broker-context", "broker")
-	if !strings.Contains(out, "broker installed") {
-		t.Fatalf("broker install said %q", out)
+	if !strings.Contains(out, "broker installed") || !strings.Contains(out, "kubectl mcs broker export-rules set NS --members ID[,ID...] --broker-context BROKER") {
+		t.Fatalf("broker install said %q, want the broker installed and the export-rules hint", out)
 	}
 
 	// cluster1's ID is its kube-system UID; cluster2 has recorded its own.
@@ -190,6 +192,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		}
 		if want := "cluster " + j.id + " joined"; !strings.Contains(out, want) {
 			t.Fatalf("join %s said %q, want %q\n%s", j.c.Name, out, want, errOut)
+		}
+		if want := "export-rules set NS --members " + j.id + "[,ID...]"; !strings.Contains(out, want) {
+			t.Errorf("join %s said %q, want the export-rules hint %q", j.c.Name, out, want)
 		}
 		members[j.c.Name] = member(ctx, t, j.c, j.id)
 	}
@@ -276,6 +281,9 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		if fail || len(failed(checks)) > 0 {
 			t.Errorf("diagnose cluster1 failed: %v", failed(checks))
 		}
+		if c := checks["export rules"]; c.Result != diagnose.Pass || !strings.HasPrefix(c.Detail, "no namespace is exported by more than one member") {
+			t.Errorf("export rules with shop exported by cluster2 alone: %+v", c)
+		}
 		if len(checks) < 14 {
 			t.Errorf("diagnose ran %d checks: %v", len(checks), checks)
 		}
@@ -330,6 +338,78 @@ func TestJoinStatusAndDiagnose(t *testing.T) {
 		}
 		if e, ok := files["errors.txt"]; ok {
 			t.Logf("errors.txt:\n%s", e)
+		}
+	})
+
+	t.Run("export rules", func(t *testing.T) {
+		mcs := cli{t: t, kubeconfig: mcs.kubeconfig}
+		// cluster1 exports shop/web too: two members export shop, and no
+		// rule covers it.
+		exportService(ctx, t, c1, ns, name, c1.PodCIDR.Addr().Next().Next().String())
+		eventually(ctx, t, "cluster1's record of shop/web on the broker", func() bool {
+			return mcs.status(ctx, "--broker-context", "broker")[id1].Exports == 1
+		})
+		checks, fail := mcs.diagnose(ctx, "cluster1")
+		c := checks["export rules"]
+		wantFix := "kubectl mcs broker export-rules set shop --members " + strings.Join(sortedIDs(id1, id2), ",")
+		if fail || c.Result != diagnose.Warn || !strings.Contains(c.Detail, "shop (exported by ") || !strings.Contains(c.Fix, wantFix) {
+			t.Errorf("export rules check with shop exported by both, no rule: failed %v, %+v; want a warning with the fix %q", fail, c, wantFix)
+		}
+		table, _, err := mcs.run(ctx, "diagnose", "--context", "cluster1", "--skip-reachability")
+		if err != nil || !strings.Contains(table, "WARN") || !strings.Contains(table, wantFix) {
+			t.Errorf("diagnose table (%v):\n%s", err, table)
+		}
+		t.Logf("kubectl mcs diagnose --context cluster1:\n%s", table)
+
+		// The one-command form: the rule is named after the namespace it
+		// covers.
+		out := mcs.must(ctx, "broker", "export-rules", "set", ns, "--members", id1+","+id2, "--broker-context", "broker")
+		if want := "export rule shop: only " + id1 + "," + id2 + " may export shop"; !strings.Contains(out, want) {
+			t.Errorf("export-rules set said %q, want %q", out, want)
+		}
+		// The rule form, for prefixes; and one that keeps a member out,
+		// which returns once the broker refuses that member.
+		mcs.must(ctx, "broker", "export-rules", "set", "stock", "--namespaces", "stock,stock-*", "--members", id2, "--broker-context", "broker")
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   record.EndpointSliceName(id1, "stock-a", "web", discoveryv1.AddressTypeIPv4, 0),
+				Labels: record.EndpointSliceLabels(id1, "stock-a", "web"),
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		_, err = m1.BrokerKube.DiscoveryV1().EndpointSlices(record.MemberNamespace(broker.DefaultNamespace, id1)).Create(ctx, slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), broker.ExportRuleName("stock")) {
+			t.Errorf("cluster1 exporting stock-a under rule stock: %v, want refused by the rule", err)
+		}
+		var rules broker.ExportRules
+		if err := json.Unmarshal([]byte(mcs.must(ctx, "broker", "export-rules", "show", "-o", "json", "--broker-context", "broker")), &rules); err != nil {
+			t.Fatal(err)
+		}
+		want := broker.ExportRules{
+			{Name: "shop", Namespaces: []string{"shop"}, Members: []string{id1, id2}},
+			{Name: "stock", Namespaces: []string{"stock", "stock-*"}, Members: []string{id2}},
+		}
+		if fmt.Sprint(rules) != fmt.Sprint(want) {
+			t.Errorf("export-rules show: %+v, want %+v", rules, want)
+		}
+		for _, bad := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"shop-*", "--members", id1}, `"shop-*" is a prefix: name the rule and give the prefix with --namespaces`},
+			{[]string{"Shop", "--members", id1}, `export rule "Shop": the name must be an RFC 1123 label`},
+			{[]string{"shop", "--namespaces", "", "--members", id1}, "export rule shop: no namespaces"},
+		} {
+			_, _, err := mcs.run(ctx, append([]string{"broker", "export-rules", "set", "--broker-context", "broker"}, bad.args...)...)
+			if err == nil || !strings.Contains(err.Error(), bad.want) {
+				t.Errorf("export-rules set %v: %v, want %q", bad.args, err, bad.want)
+			}
+		}
+		mcs.must(ctx, "broker", "export-rules", "delete", "stock", "--broker-context", "broker")
+
+		checks, fail = mcs.diagnose(ctx, "cluster1")
+		if c := checks["export rules"]; fail || c.Result != diagnose.Pass || !strings.Contains(c.Detail, "every namespace that several members export (1)") {
+			t.Errorf("export rules check under rule shop: failed %v, %+v", fail, c)
 		}
 	})
 
@@ -580,6 +660,12 @@ func configureCoreDNS(ctx context.Context, t *testing.T, c *harness.Cluster) {
 	if _, err := c.Kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sortedIDs are ids in order.
+func sortedIDs(ids ...string) []string {
+	slices.Sort(ids)
+	return ids
 }
 
 // readArchive returns the files of a tar.gz by name.

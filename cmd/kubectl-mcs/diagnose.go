@@ -34,7 +34,10 @@ its cluster ID and the rule that keeps it unchanged, its broker credentials
 dry-run write of its own Lease must pass, one of another cluster's must be
 refused), its declaration, its heartbeat Lease, its ClusterSetIP blocks, clock skew against the
 broker, overlapping CIDRs across the clusters' declarations, CoreDNS
-forwarding clusterset.local to mcsd, and every node agent ready.
+forwarding clusterset.local to mcsd, and every node agent ready. It warns
+(WARN, which does not fail the run) of each namespace that several members
+export and no export rule covers: any member may export services there
+too, first or alongside (kubectl mcs broker export-rules).
 
 With --peer-contexts, the contexts of other members, it also checks that
 pods of the member and of each of them reach each other's pod IPs, as MCS

@@ -80,15 +80,30 @@ func newExportRulesShowCmd(g *globals, namespace *string) *cobra.Command {
 func newExportRulesSetCmd(g *globals, namespace *string) *cobra.Command {
 	var namespaces, members string
 	set := &cobra.Command{
-		Use:   "set RULE --namespaces NS[,PREFIX*...] --members ID[,ID...]",
+		Use:   "set NAMESPACE|RULE --members ID[,ID...] [--namespaces NS[,PREFIX*...]]",
 		Short: "Create or replace an export rule",
-		Long: `Create or replace the export rule RULE, and return once the broker enforces
-it (a member it keeps out is refused). --members may be empty: then no member
-may export those namespaces.`,
-		Example: `  kubectl mcs broker export-rules set shop --namespaces shop,shop-* --members east,west --broker-context BROKER`,
-		Args:    cobra.ExactArgs(1),
+		Long: `Keep a namespace to the members that own it: set NAMESPACE --members ID,...
+writes the rule NAMESPACE, which covers that namespace alone. With
+--namespaces, the argument is the rule's name and the rule covers the
+namespaces and prefixes (ending in *) listed there instead. Either way the
+rule is created or replaced, and the command returns once the broker
+enforces it (a member it keeps out is refused). --members may be empty:
+then no member may export those namespaces.`,
+		Example: `  # Only east and west may export services of namespace shop.
+  kubectl mcs broker export-rules set shop --members east,west --broker-context BROKER
+
+  # One rule, named shop, for shop and every namespace starting with shop-.
+  kubectl mcs broker export-rules set shop --namespaces shop,shop-* --members east,west --broker-context BROKER`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rule := broker.NewExportRule(args[0], namespaces, members)
+			covered := namespaces
+			if !cmd.Flags().Changed("namespaces") {
+				if strings.HasSuffix(args[0], "*") {
+					return fmt.Errorf("%q is a prefix: name the rule and give the prefix with --namespaces (set NAME --namespaces '%s' --members ...)", args[0], args[0])
+				}
+				covered = args[0]
+			}
+			rule := broker.NewExportRule(args[0], covered, members)
 			if err := rule.Validate(); err != nil {
 				return err
 			}
@@ -105,9 +120,8 @@ may export those namespaces.`,
 			return nil
 		},
 	}
-	set.Flags().StringVar(&namespaces, "namespaces", "", "comma-separated namespaces, or prefixes ending in *, the rule covers (required)")
+	set.Flags().StringVar(&namespaces, "namespaces", "", "comma-separated namespaces, or prefixes ending in *, the rule covers (default: the namespace named by the argument)")
 	set.Flags().StringVar(&members, "members", "", "comma-separated cluster IDs that may export them")
-	_ = set.MarkFlagRequired("namespaces")
 	return set
 }
 
@@ -137,6 +151,18 @@ func (g *globals) adminClient() (kubernetes.Interface, error) {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
+}
+
+// exportRulesHint is the line broker install and join end with. Without a
+// rule every member may export every namespace, and the oldest export of a
+// name decides its service: a namespace's owners are kept to it only once
+// a rule names them.
+func exportRulesHint(members, brokerNamespace string) string {
+	hint := "to keep a namespace to the members that own it: kubectl mcs broker export-rules set NS --members " + members + " --broker-context BROKER"
+	if brokerNamespace != broker.DefaultNamespace {
+		hint += " --broker-namespace " + brokerNamespace
+	}
+	return hint
 }
 
 func orNone(members []string) string {

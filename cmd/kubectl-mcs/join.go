@@ -329,6 +329,7 @@ func (o *joinOptions) run(ctx context.Context, g *globals) error {
 	}
 	if o.output == "" {
 		fmt.Fprintf(g.streams.Out, "cluster %s joined the broker as %s/%s%s\n", res.ClusterID, o.brokerNamespace, broker.ServiceAccountName(res.ClusterID), doneSuffix(o.wait, began))
+		fmt.Fprintln(g.streams.Out, exportRulesHint(res.ClusterID+"[,ID...]", o.brokerNamespace))
 	}
 	return manualDNS(g.streams.Out, g.streams.ErrOut, plan, "join")
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/broker"
 	"github.com/mcsd-io/mcsd/clusterid"
+	"github.com/mcsd-io/mcsd/dnsgate"
 	"github.com/mcsd-io/mcsd/exporter"
 	"github.com/mcsd-io/mcsd/importer"
 	"github.com/mcsd-io/mcsd/internal/caches"
@@ -287,6 +288,11 @@ func (t *leaderTerm) run(ctx context.Context) error {
 	}
 	if t.imp != nil {
 		runs = append(runs, t.imp.Run)
+		agg, err := t.newGateAggregator()
+		if err != nil {
+			return err
+		}
+		runs = append(runs, func(ctx context.Context) error { agg.Run(ctx); return nil })
 	}
 	hb := t.newHeartbeat()
 	runs = append(runs, func(ctx context.Context) error { hb.Run(ctx); return nil })
@@ -311,6 +317,23 @@ func (t *leaderTerm) run(ctx context.Context) error {
 		return first
 	}
 	return errors.Join(errs...)
+}
+
+// newGateAggregator folds the node agents' data-plane reports into the
+// one summary their DNS gates watch (package dnsgate). It runs beside the
+// importer, which assigns the ClusterSetIPs the gate holds back.
+func (t *leaderTerm) newGateAggregator() (*dnsgate.Aggregator, error) {
+	holder := loadString(&t.c.election.identity)
+	if holder == "" {
+		holder = "mcsd-controller"
+	}
+	return dnsgate.NewAggregator(dnsgate.AggregatorConfig{
+		Client:    t.importerLocal.kube,
+		Namespace: t.c.o.leaderElectNS,
+		PeerPods:  t.c.o.dnsGatePeers,
+		Holder:    holder,
+		Writing:   dnsgate.Writing{Logger: t.logger.WithName("dnsgate")},
+	})
 }
 
 // newHeartbeat renews this cluster's Lease: it says the cluster is alive;

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsd-io/mcsd/test/lib/fixture"
 	"github.com/mcsd-io/mcsd/test/lib/harness"
@@ -61,6 +65,14 @@ func TestRunningDaemon(t *testing.T) {
 		}
 	})
 
+	t.Run("a metrics certificate that does not exist stops the daemon, naming the flag", func(t *testing.T) {
+		out, err := exec.Command(bin, "--components=dns", "--dns-gate=node", "--metrics-tls-cert-file=/nonexistent/tls.crt", "--metrics-tls-private-key-file=/nonexistent/tls.key").CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "--metrics-tls-cert-file: stat /nonexistent/tls.crt") {
+			t.Fatalf("exit %v, want 2 naming --metrics-tls-cert-file:\n%s", err, out)
+		}
+	})
+
 	cs := harness.Start(t, harness.Options{Clusters: 1})
 	m := fixture.Join(t, cs)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -69,14 +81,23 @@ func TestRunningDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{})
+	// /metrics as it ships: over HTTPS, to reviewed tokens.
+	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{Args: []string{"--metrics-secure"}})
+	metricsURL := "https://" + strings.TrimPrefix(d.Metrics, "http://")
+	scraper := metricsReader(ctx, t, m.Kube, "scraper", true)
 
-	get := func(ctx context.Context, url string) (int, string, error) {
+	// get reads url, with the bearer token if one is given; the metrics'
+	// certificate is self-signed.
+	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	getWith := func(ctx context.Context, url, token string) (int, string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return 0, "", err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := tlsClient.Do(req)
 		if err != nil {
 			return 0, "", err
 		}
@@ -84,6 +105,34 @@ func TestRunningDaemon(t *testing.T) {
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
+	get := func(ctx context.Context, url string) (int, string, error) {
+		if url == d.Metrics {
+			return getWith(ctx, metricsURL, scraper)
+		}
+		return getWith(ctx, url, "")
+	}
+
+	t.Run("/metrics answers only the tokens the API server authenticates and authorizes", func(t *testing.T) {
+		stranger := metricsReader(ctx, t, m.Kube, "stranger", false)
+		for _, tc := range []struct {
+			name, token string
+			code        int
+			says        string
+		}{
+			{"no token", "", http.StatusUnauthorized, "no bearer token"},
+			{"a token the API server does not accept", "not-a-token", http.StatusUnauthorized, "does not accept the token"},
+			{"a ServiceAccount without get on /metrics", stranger, http.StatusForbidden, `user "system:serviceaccount:default:stranger" cannot get the non-resource URL "/metrics"`},
+			{"a ServiceAccount bound to the reader role", scraper, http.StatusOK, "mcsd_build_info{"},
+		} {
+			code, body, err := getWith(ctx, metricsURL, tc.token)
+			if err != nil || code != tc.code || !strings.Contains(body, tc.says) {
+				t.Errorf("%s: %d %v, want %d saying %q:\n%.300s", tc.name, code, err, tc.code, tc.says, body)
+			}
+		}
+		if code, body, err := getWith(ctx, d.Metrics, scraper); err == nil && code == http.StatusOK {
+			t.Errorf("plain HTTP to the secure /metrics: %d %.100s, want it refused", code, body)
+		}
+	})
 
 	t.Run("/metrics has the build, client-go's queues and requests, and the leader", func(t *testing.T) {
 		wantSamples := map[string]*regexp.Regexp{
@@ -256,6 +305,40 @@ func TestRunningDaemon(t *testing.T) {
 			t.Errorf("sync failure event of type %s with a %d-byte message, want Warning, at most %d", e.Type, len(e.Message), maxEventMessage)
 		}
 	})
+}
+
+// metricsReader makes a ServiceAccount name in default, bound to a
+// ClusterRole granting get on /metrics when granted (the chart's
+// mcsd-metrics-reader, whose rule charts/render_test.go checks), and
+// returns a token of it.
+func metricsReader(ctx context.Context, t *testing.T, kube kubernetes.Interface, name string, granted bool) string {
+	t.Helper()
+	sa, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if granted {
+		role := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "mcsd-metrics-reader"},
+			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		}
+		if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "mcsd-metrics-reader-" + name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}},
+		}
+		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := kube.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Status.Token
 }
 
 // grepLines are the lines of text that start with one of prefixes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +84,12 @@ func runElected(ctx context.Context, o *options, local *clients, ctrl *controlle
 		return fmt.Errorf("leader election: %w", err)
 	}
 	electCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var standby sync.WaitGroup
+	standby.Go(func() { ctrl.runStandbyHeartbeat(electCtx) })
+	defer func() {
+		cancel()
+		standby.Wait()
+	}()
 	go func() {
 		select {
 		case <-lostc:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,13 +13,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // serveEndpoints starts the /metrics (and /debug/pprof with --profiling) and the /healthz, /readyz and /livez
 // (with /statusz and /proxyMode) servers; both stop when ctx ends. A port that cannot be bound is an error
-// at once, naming the flag.
-func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prometheus.Registry, dp *nodeAgent, ctrl *controllers) error {
+// at once, naming the flag. With --metrics-secure, /metrics answers over HTTPS the requests that the local
+// cluster's API server (kube) authenticates and authorizes.
+func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prometheus.Registry, kube kubernetes.Interface, dp *nodeAgent, ctrl *controllers) error {
 	var health, readiness []healthz.HealthChecker
 	if dp != nil {
 		health = append(health, dp.healthChecks()...)
@@ -38,14 +42,24 @@ func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prom
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
-		if err := listenAndServe(ctx, "metrics-address", o.metricsAddress, mux); err != nil {
+		var h http.Handler = mux
+		var tlsConfig *tls.Config
+		if o.metricsSecure {
+			host, _, _ := net.SplitHostPort(o.metricsAddress)
+			var err error
+			if tlsConfig, err = metricsTLS(o, host); err != nil {
+				return err
+			}
+			h = newDelegatedAuth(kube, clock.RealClock{}, mux)
+		}
+		if err := listenAndServe(ctx, "metrics-address", o.metricsAddress, tlsConfig, h); err != nil {
 			return err
 		}
 	}
 	if o.healthAddress != "" {
 		mux := healthMux(health, readiness)
 		statusHandlers(mux, o, clusterID, dp, ctrl)
-		if err := listenAndServe(ctx, "health-address", o.healthAddress, mux); err != nil {
+		if err := listenAndServe(ctx, "health-address", o.healthAddress, nil, mux); err != nil {
 			return err
 		}
 	}
@@ -76,12 +90,16 @@ func healthMux(health, readiness []healthz.HealthChecker) *http.ServeMux {
 	return mux
 }
 
-func listenAndServe(ctx context.Context, flagName, addr string, h http.Handler) error {
+// listenAndServe serves h on addr, over TLS when tlsConfig is not nil.
+func listenAndServe(ctx context.Context, flagName, addr string, tlsConfig *tls.Config, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--%s: %w", flagName, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

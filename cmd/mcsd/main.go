@@ -151,7 +151,7 @@ func run(ctx context.Context, o *options) error {
 
 	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
-	if err := serveEndpoints(ctx, o, clusterID, reg, dp, ctrl); err != nil {
+	if err := serveEndpoints(ctx, o, clusterID, reg, local.kube, dp, ctrl); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)

@@ -118,11 +118,10 @@ func newGate(o *options, local *clients, imports cache.SharedIndexInformer, inde
 	cfg := dnsgate.Config{
 		Client:    c.kube,
 		Namespace: o.leaderElectNS,
-		PeerPods:  o.dnsGatePeers,
 		NodeName:  o.nodeName,
 		Families:  o.ipFamilies,
 		Imports:   imports,
-		Logger:    klog.Background().WithName("dnsgate"),
+		Writing:   dnsgate.Writing{Logger: klog.Background().WithName("dnsgate")},
 	}
 	if index != nil {
 		cfg.Downstream = index

@@ -113,7 +113,13 @@ type options struct {
 	dnsReverseCIDRs []netip.Prefix
 
 	metricsAddress string
-	healthAddress  string
+	// metricsSecure serves /metrics over HTTPS to reviewed tokens only;
+	// metricsCertFile and metricsKeyFile are its certificate, or empty for
+	// a self-signed one.
+	metricsSecure   bool
+	metricsCertFile string
+	metricsKeyFile  string
+	healthAddress   string
 
 	logs *logsapi.LoggingConfiguration
 
@@ -251,7 +257,10 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	proxierFlags.BoolVar(&o.preferLocal, "prefer-local-cluster", false, "prefer the local cluster's endpoints for every ClusterSetIP, as trafficDistribution PreferClose does")
 	proxierFlags.DurationVar(&o.healthTimeout, "proxier-healthz-timeout", time.Minute, "the proxier is unhealthy when a queued update has not been applied for this long")
 
-	observability.StringVar(&o.metricsAddress, "metrics-address", defaultMetricsAddress, "address of the Prometheus /metrics endpoint (loopback by default, as kube-proxy's: the node's other users cannot read it); empty disables it")
+	observability.StringVar(&o.metricsAddress, "metrics-address", defaultMetricsAddress, "address of the Prometheus /metrics endpoint; empty disables it")
+	observability.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve --metrics-address over HTTPS, each request authenticated by its bearer token (a TokenReview) and authorized (a SubjectAccessReview of get on the non-resource URL, such as /metrics) by the local cluster's API server, as kube-scheduler's; false serves plain HTTP to anyone, and only on a loopback address")
+	observability.StringVar(&o.metricsCertFile, "metrics-tls-cert-file", "", "PEM certificate (with its chain) of the secure --metrics-address, read again when it changes; empty means a self-signed one made at start")
+	observability.StringVar(&o.metricsKeyFile, "metrics-tls-private-key-file", "", "PEM private key of --metrics-tls-cert-file")
 	observability.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles under /debug/pprof/ on --metrics-address")
 	observability.StringVar(&o.healthAddress, "health-address", defaultHealthAddress, "address of /healthz, /readyz and /livez, which the kubelet's probes and kubectl mcs diagnose read; empty disables them")
 
@@ -524,12 +533,42 @@ func (o *options) completeObservability(errs *flagErrors) {
 			errs.bad(name, "%q is not HOST:PORT: %v", addr, err)
 		}
 	}
+	o.completeMetrics(errs)
 	if o.shutdownGracePeriod < 0 {
 		errs.bad("shutdown-grace-period", "must not be negative")
 	}
 	for _, err := range logsapi.Validate(o.logs, nil, nil) {
 		errs.bad(loggingFlag(err.Field), "%s", err.ErrorBody())
 	}
+}
+
+// completeMetrics checks how /metrics is served: plain HTTP only where the
+// node's own processes alone reach it, a certificate with its key.
+func (o *options) completeMetrics(errs *flagErrors) {
+	if !o.metricsSecure {
+		if o.metricsCertFile != "" || o.metricsKeyFile != "" {
+			errs.bad("metrics-secure", "false serves plain HTTP, which takes no --metrics-tls-cert-file or --metrics-tls-private-key-file")
+		}
+		if host, _, err := net.SplitHostPort(o.metricsAddress); err == nil && !isLoopback(host) {
+			errs.bad("metrics-secure", "false serves /metrics to anyone who reaches --metrics-address, so only on a loopback address, not %q; serve it securely (the default) to scrape it from elsewhere", o.metricsAddress)
+		}
+		return
+	}
+	if (o.metricsCertFile == "") != (o.metricsKeyFile == "") {
+		errs.bad("metrics-tls-private-key-file", "give both --metrics-tls-cert-file and --metrics-tls-private-key-file, or neither (a self-signed certificate)")
+	}
+	checkFile(errs, "metrics-tls-cert-file", o.metricsCertFile)
+	checkFile(errs, "metrics-tls-private-key-file", o.metricsKeyFile)
+}
+
+// isLoopback says whether a listen host reaches only the host's own
+// processes.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // loggingFlag is the flag of a field of the logging configuration.

@@ -1,8 +1,10 @@
 // Package diagnose checks one member cluster's part of a clusterset, each
 // check passing or failing with what to do about it: the CRDs, the cluster
 // ID, the member's broker credentials and what the broker lets them do,
-// ClusterSetIP blocks, clocks, declared CIDRs, CoreDNS, the node agents,
-// and whether its pods and those of other members reach each other. It
+// ClusterSetIP blocks, clocks, declared CIDRs, namespaces that several
+// members export without an export rule (a warning), CoreDNS, the node
+// agents, and whether its pods and those of other members reach each
+// other. It
 // reads, makes dry-run writes on the broker as the member, and runs
 // short-lived probe pods in mcsd's namespace of the members it checks
 // reachability with, which it removes.
@@ -45,6 +47,9 @@ const (
 	// Skip: the check could not run, because an earlier one failed or
 	// what it needs is absent.
 	Skip = "SKIP"
+	// Warn: nothing is broken, but something is open that the operator
+	// would likely close; it does not fail the run.
+	Warn = "WARN"
 )
 
 // Check is the outcome of one check.
@@ -146,8 +151,9 @@ func Run(ctx context.Context, member *rest.Config, opts Options) ([]Check, error
 			r.blocks()
 			r.clocks()
 			r.cidrs(ctx)
+			r.exportRules(ctx)
 		} else {
-			for _, n := range []string{"declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+			for _, n := range []string{"declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs", "export rules"} {
 				r.skip(n, "the broker cannot be read")
 			}
 		}
@@ -255,7 +261,7 @@ func (r *run) credentials(ctx context.Context) bool {
 	cfg, ns, err := membership.BrokerConfig(ctx, r.kube)
 	if err != nil {
 		r.add(name, Fail, err.Error(), "join the cluster: kubectl mcs join --broker-context BROKER --context MEMBER --pod-cidrs ...")
-		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs"} {
+		for _, n := range []string{"broker identity", "writes own records", "others' records refused", "declaration", "heartbeat", "ClusterSetIP blocks", "clock skew", "CIDRs", "export rules"} {
 			r.skip(n, "no broker credentials")
 		}
 		return false

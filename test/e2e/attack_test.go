@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -207,6 +204,26 @@ func refusedByBroker(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
 
+// mustRefuse fails t unless err is the broker's refusal of what.
+func mustRefuse(t *testing.T, what string, err error) {
+	t.Helper()
+	if !refusedByBroker(err) {
+		t.Fatalf("%s: the broker did not refuse it: %v", what, err)
+	}
+	t.Logf("%s: refused: %v", what, err)
+}
+
+// siteAttack is an attack that another file adds to
+// TestACompromisedMemberTakesNothing, run on the same site, after the
+// attacks of this file but before the flood, which fills cluster3's quota.
+type siteAttack struct {
+	name string
+	try  func(t *testing.T, s *attackSite) string
+}
+
+// siteAttacks are the attacks of other files, added from their init.
+var siteAttacks []siteAttack
+
 // attackRecord is a record of cluster3 for namespace/name, as cluster3's
 // exporter would write it, changed by mutate.
 func (s *attackSite) attackRecord(namespace, name string, mutate func(*record.Export)) *mcsv1beta1.ServiceImport {
@@ -310,42 +327,6 @@ func eventOn(ctx context.Context, c *harness.Cluster, namespace, reason, text st
 	return nil
 }
 
-// metricReaches waits until the daemon's /metrics has a sample of name
-// whose labels contain labels and whose value is at least min.
-func metricReaches(ctx context.Context, d *fixture.Daemon, name, labels string, min float64) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.Metrics, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, nil
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
-				continue
-			}
-			last = line
-			fields := strings.Fields(line)
-			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil && v >= min {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s{%s} did not reach %v on %s (last: %q)", name, labels, min, d.Member.ID, last)
-	}
-	return nil
-}
-
 type attackRow struct{ attack, refusedBy, unaffected string }
 
 // TestACompromisedMemberTakesNothing has cluster3, holding its own real
@@ -412,14 +393,6 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 			rows = append(rows, attackRow{attack, by, unaffected(t)})
 		})
 	}
-	mustRefuse := func(t *testing.T, what string, err error) {
-		t.Helper()
-		if !refusedByBroker(err) {
-			t.Fatalf("%s: the broker did not refuse it: %v", what, err)
-		}
-		t.Logf("%s: refused: %v", what, err)
-	}
-
 	run("write a record with ClusterSetIP 169.254.169.254 (cloud metadata)", func(t *testing.T) string {
 		mustRefuse(t, "record", s.writeRecord(s.attackRecord(attackNamespace, "metadata", func(e *record.Export) { e.VIPs = []string{"169.254.169.254"} })))
 		return "broker (admission: VIP outside the clusterset CIDRs)"
@@ -860,6 +833,9 @@ func TestACompromisedMemberTakesNothing(t *testing.T) {
 		}
 		return "broker (admission: export rules); importers (records from before the rule)"
 	})
+	for _, a := range siteAttacks {
+		run(a.name, func(t *testing.T) string { return a.try(t, s) })
+	}
 	run(fmt.Sprintf("flood the broker with records (quota %d, importers' cap %d)", attackBudget.ServiceImports, attackCap), func(t *testing.T) string {
 		const flood = 3 * attackCap
 		var stopped error

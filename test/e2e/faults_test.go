@@ -365,6 +365,85 @@ func TestFaults(t *testing.T) {
 		}
 		s.waitReach(vip, time.Minute, "cluster1", "cluster2")
 	})
+
+	t.Run("step 5: a leader killed without releasing its election leaves its cluster live: a standby renews the heartbeat until it leads", func(t *testing.T) {
+		s.t = t
+		c2 := s.members[1]
+		node, err := c2.AddNode(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A second replica of cluster2's controllers, with mcsd's default
+		// election timings: once it leads, its Lease says 15 s, and a
+		// standby waits that long after its death, well past the TTL of
+		// cluster1's importer.
+		replica := fixture.StartDaemon(t, s.cs, c2, node, fixture.DaemonOptions{
+			LeaseDuration: 3 * time.Second, ClusterTTL: s.ttl, Name: "mcsd-cluster2-replica",
+			Args: []string{"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"},
+		})
+		first := s.daemons[1]
+		if err := first.Terminate(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		s.waitLeader(c2, node.Name)
+		if err := first.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if err := first.WaitReady(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		const dropped = "mcsd_importer_cluster_dropped_total"
+		before, _, err := metricValue(s.ctx, s.daemons[0], dropped, `cluster="cluster2"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replica.Kill()
+		killed := time.Now()
+		if err := metricReaches(s.ctx, first, "mcsd_exporter_lease_renewals_total", `result="standby"`, 1); err != nil {
+			t.Fatalf("the standby never renewed cluster2's Lease after the leader was killed: %v", err)
+		}
+		took := s.waitLeader(c2, first.Node.Name).Sub(killed)
+		// The new leader's own heartbeat runs now; one TTL more shows that
+		// no gap opened at the handover either.
+		if err := hold.For(s.ctx, s.ttl, 500*time.Millisecond, func(context.Context) error {
+			eps, err := s.importedEndpoints(s.members[0].Cluster)
+			if err != nil || len(eps["cluster2"]) == 0 {
+				return fmt.Errorf("cluster1 imports endpoints %v (%v), want cluster2's", eps, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		after, _, err := metricValue(s.ctx, s.daemons[0], dropped, `cluster="cluster2"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after != before {
+			t.Fatalf("cluster1 dropped cluster2 %v times while its leader changed, want none", after-before)
+		}
+		t.Logf("the standby led %v after the leader was killed; cluster2 stayed live in cluster1 (TTL %v)", took.Round(10*time.Millisecond), s.ttl)
+	})
+}
+
+// waitLeader waits until the controllers' election Lease of c is held by
+// the mcsd of node, and returns when it saw it.
+func (s *faultSite) waitLeader(c *fixture.Member, node string) time.Time {
+	s.t.Helper()
+	var holder string
+	var at time.Time
+	err := wait.PollUntilContextTimeout(s.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Kube.CoordinationV1().Leases("mcsd-system").Get(ctx, "mcsd-controllers", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder, at = *l.Spec.HolderIdentity, time.Now()
+		return strings.HasPrefix(holder, node+"_"), nil
+	})
+	if err != nil {
+		s.t.Fatalf("%s: the mcsd of %s never took the election (holder %q): %v", c.ID, node, holder, err)
+	}
+	return at
 }
 
 func faultReadLine(t *testing.T, conn net.Conn, r *bufio.Reader) string {

@@ -124,7 +124,7 @@ func TestChartInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	controllerHealth := freeAddr(t)
-	ctrlArgs := withoutFlags(expand(t, deploy.Spec.Template.Spec.Containers[0].Args, nil), "--health-address", "--metrics-address")
+	ctrlArgs := expand(t, withoutFlags(deploy.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), nil)
 	ctrlArgs = append(ctrlArgs, "--kubeconfig="+controllerKubeconfig, "--health-address="+controllerHealth, "--metrics-address="+freeAddr(t))
 	ctrl, err := cs.StartProgram("chart-mcsd-controller", bin, ctrlArgs...)
 	if err != nil {
@@ -144,7 +144,7 @@ func TestChartInstall(t *testing.T) {
 	if env["POD_CIDRS"] != c.PodCIDR.String() {
 		t.Fatalf("the chart's POD_CIDRS is %q, want %s", env["POD_CIDRS"], c.PodCIDR)
 	}
-	agentArgs := withoutFlags(expand(t, ds.Spec.Template.Spec.Containers[0].Args, env), "--health-address", "--metrics-address")
+	agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), env)
 	agentArgs = append(agentArgs, "--kubeconfig="+agentKubeconfig, "--netns="+netns.Path(node.NS.Name), "--node-name="+node.Name,
 		"--health-address="+agentHealth, "--metrics-address="+freeAddr(t))
 	agent, err := cs.StartProgram("chart-mcsd-node-agent", bin, agentArgs...)

@@ -39,7 +39,7 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		{nodeAgentSA, "watch endpointslices.discovery.k8s.io -A", "yes"},
 		{nodeAgentSA, "get configmaps/mcsd-clusterset-liveness -n mcsd-system", "yes"},
 		{nodeAgentSA, "get clusterproperties.about.k8s.io/cluster.clusterset.k8s.io", "yes"},
-		{nodeAgentSA, "list pods -n mcsd-system", "yes"},
+		{nodeAgentSA, "watch leases.coordination.k8s.io/mcsd-dns-gate -n mcsd-system", "yes"},
 		{nodeAgentSA, "get servicecidrs.networking.k8s.io/kubernetes", "yes"},
 		{nodeAgentSA, "update leases.coordination.k8s.io/mcsd-node-" + node + " -n mcsd-system", "yes"},
 		// ... and writes none of it, nor sees the broker credential.
@@ -67,12 +67,26 @@ func checkPermissions(ctx context.Context, t *testing.T, kubectl, kubeconfig, cl
 		{nodeAgentSA, "delete leases.coordination.k8s.io/mcsd-node-" + node + " -n mcsd-system", "no"},
 		{nodeAgentSA, "update leases.coordination.k8s.io/x -n default", "no"},
 		{nodeAgentSA, "list pods -A", "no"},
+		// Nor the other nodes' reports, nor their pods: the summary is
+		// all it watches.
+		{nodeAgentSA, "list leases.coordination.k8s.io -n mcsd-system", "no"},
+		{nodeAgentSA, "list pods -n mcsd-system", "no"},
+		// Both have the tokens and accesses of scrapes of their /metrics
+		// reviewed (system:auth-delegator), as kube-scheduler does.
+		{nodeAgentSA, "create tokenreviews.authentication.k8s.io", "yes"},
+		{nodeAgentSA, "create subjectaccessreviews.authorization.k8s.io", "yes"},
+		{controllerSA, "create tokenreviews.authentication.k8s.io", "yes"},
+		{controllerSA, "create subjectaccessreviews.authorization.k8s.io", "yes"},
 		// The controller writes what it owns.
 		{controllerSA, "list serviceexports.multicluster.x-k8s.io -A", "yes"},
 		{controllerSA, "create serviceimports.multicluster.x-k8s.io -n default", "yes"},
 		{controllerSA, "delete endpointslices.discovery.k8s.io -n default", "yes"},
 		{controllerSA, "get secret/mcsd-broker -n mcsd-system", "yes"},
 		{controllerSA, "update leases.coordination.k8s.io/mcsd-controllers -n mcsd-system", "yes"},
+		// The DNS gate's summary, from the node agents' reports and pods.
+		{controllerSA, "update leases.coordination.k8s.io/mcsd-dns-gate -n mcsd-system", "yes"},
+		{controllerSA, "watch leases.coordination.k8s.io -n mcsd-system", "yes"},
+		{controllerSA, "list pods -n mcsd-system", "yes"},
 		{controllerSA, "update configmaps/mcsd-clusterset-liveness -n mcsd-system", "yes"},
 		{controllerSA, "get secret/other -n mcsd-system", "no"},
 		{controllerSA, "list secrets -A", "no"},
@@ -168,6 +182,10 @@ func checkNodeReports(ctx context.Context, t *testing.T, c *harness.Cluster, ns,
 			}
 			l.Spec.HolderIdentity = ptr.To(node)
 			_, err = k.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}, false},
+		{"the summary of every node's report", agent, func(k kubernetes.Interface) error {
+			_, err := k.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "mcsd-dns-gate", node), dry)
 			return err
 		}, false},
 		{"its own node's report with a token bound to no pod", stolen, func(k kubernetes.Interface) error {

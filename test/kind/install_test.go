@@ -121,7 +121,7 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		}
 		health := freeAddr(t)
 		m.controllerHealth = "http://" + health
-		ctrlArgs := withoutFlags(expand(t, deploy.Spec.Template.Spec.Containers[0].Args, nil), "--health-address")
+		ctrlArgs := expand(t, withoutFlags(deploy.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), nil)
 		ctrlArgs = append(ctrlArgs,
 			"--kubeconfig="+controllerKubeconfig,
 			"--health-address="+health,
@@ -149,7 +149,7 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		// The DaemonSet's pod has one network namespace; here the data
 		// plane is in the node's and the HTTP endpoints stay in the
 		// test's, where the test reaches them.
-		agentArgs := withoutFlags(expand(t, ds.Spec.Template.Spec.Containers[0].Args, env), "--health-address")
+		agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), env)
 		agentArgs = append(agentArgs,
 			"--kubeconfig="+agentKubeconfig,
 			"--netns="+netns.Path(m.node.NS.Name),

@@ -67,10 +67,13 @@ func (w *world) joinWith(ctx context.Context, binDir string, m *member, img imag
 	return w.awaitRollout(ctx, m, img.Ref)
 }
 
-// joinArgs are the README's kubectl mcs join of m with img.
+// joinArgs are the README's kubectl mcs join of m with img, /metrics on
+// the pods' addresses where a Prometheus scrapes them (docs/reference/
+// metrics.md).
 func (w *world) joinArgs(m *member, img images.Image) []string {
 	return []string{"mcs", "join", "--broker-context", w.cs.Broker.Name, "--context", m.Name,
-		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref}
+		"--pod-cidrs", m.PodCIDR.String(), "--broker-server", w.cs.Broker.GatewayServer(), "--image", img.Ref,
+		"--set", "metrics.bindAddress=$(POD_IP)"}
 }
 
 // joinWatched is installMCSD while every CoreDNS pod of m is asked, each

@@ -18,6 +18,8 @@ func TestRealNodes(t *testing.T) {
 		{"diagnose pod reachability", testDiagnoseReachability},
 		{"gather", testGather},
 		{"verify", testVerify},
+		{"dashboard series are live", testDashboardSeriesLive},
+		{"prometheus", testPrometheus},
 		{"join without install, mcsd installed by Helm in another namespace", testJoinWithoutInstall},
 		{"mcsd killed on a node", testMCSDPodKilled},
 		{"leader failover", testLeaderFailover},

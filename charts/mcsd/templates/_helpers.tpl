@@ -111,10 +111,49 @@ rollingUpdate:
 {{/*
 "true" when /metrics listens where others than the node's own processes
 reach it (metrics.bindAddress not loopback): only then do the pods declare
-a metrics port and may a PodMonitor scrape it.
+a metrics port and may a PodMonitor scrape it. Plain HTTP there is
+refused.
 */}}
 {{- define "mcsd.metricsReachable" -}}
 {{- if not (has .Values.metrics.bindAddress (list "127.0.0.1" "localhost" "::1" "[::1]")) -}}
+{{- if not .Values.metrics.secure }}
+{{- fail "metrics.secure: false serves /metrics unauthenticated, so only on a loopback metrics.bindAddress; keep it secure to scrape it from elsewhere" }}
+{{- end -}}
 true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The flags of /metrics, both workloads': where it listens, and how it is
+secured.
+*/}}
+{{- define "mcsd.metricsArgs" -}}
+- --metrics-address={{ include "mcsd.hostPort" (list .Values.metrics.bindAddress .Values.ports.metrics) }}
+{{- if not .Values.metrics.secure }}
+- --metrics-secure=false
+{{- else if .Values.metrics.tlsSecret }}
+- --metrics-tls-cert-file=/etc/mcsd/metrics-tls/tls.crt
+- --metrics-tls-private-key-file=/etc/mcsd/metrics-tls/tls.key
+{{- end }}
+{{- end -}}
+
+{{/*
+The container's mount of metrics.tlsSecret, and the pod's volume of it.
+Called with (list $ "mount") or (list $ "volume").
+*/}}
+{{- define "mcsd.metricsTLSVolume" -}}
+{{- $ := index . 0 -}}
+{{- if and $.Values.metrics.secure $.Values.metrics.tlsSecret -}}
+{{- if eq (index . 1) "mount" -}}
+volumeMounts:
+- name: metrics-tls
+  mountPath: /etc/mcsd/metrics-tls
+  readOnly: true
+{{- else -}}
+volumes:
+- name: metrics-tls
+  secret:
+    secretName: {{ $.Values.metrics.tlsSecret }}
+{{- end -}}
 {{- end -}}
 {{- end -}}
