@@ -36,6 +36,14 @@ func newKindEnv(ctx context.Context, t *testing.T) *kindEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if os.Getenv("MCSD_KIND_REQUIRED") != "" {
+		// make test-kind: a missing engine is an error, not a skip.
+		if _, err := dockerd.Machine(ctx); err != nil {
+			if _, lerr := exec.LookPath("dockerd"); lerr != nil {
+				t.Fatalf("no Docker engine answers (%v), and no dockerd to start a private one (apt-get install docker.io)", err)
+			}
+		}
+	}
 	e := dockerd.ForTest(ctx, t)
 	began = time.Now()
 	if _, err := e.Docker(ctx, "load", "-i", img.Path); err != nil {

@@ -7,7 +7,7 @@
 #      images from registries) against both clusters; its report.html is
 #      copied to .cache/kind/.
 # The smoke test needs no registry: its echo server is the image that
-# `go run ./test/cmd/images` builds (ECHO_IMAGE and ECHO_ARCHIVE name another
+# `go run ./test/cmd/images -only echo` builds (ECHO_IMAGE and ECHO_ARCHIVE name another
 # one), loaded with kind load image-archive, and its client is the mcsd
 # image (IMAGE) that up.sh loaded.
 # SKIP_SMOKE=1 or SKIP_CONFORMANCE=1 skip a part; CONFORMANCE_ARGS are more
@@ -29,14 +29,14 @@ k1() { kubectl --context "$CTX1" "$@"; }
 k2() { kubectl --context "$CTX2" "$@"; }
 
 # echo_image sets ECHO_IMAGE and ECHO_ARCHIVE to the echo server's image,
-# building it when none is given: its line of test/cmd/images' output is
+# building it when none is given: test/cmd/images prints
 # "REF SIZE MiB SECONDS PATH".
 echo_image() {
   if [[ -n "$ECHO_IMAGE" && -n "$ECHO_ARCHIVE" ]]; then
     return
   fi
   local line
-  line=$(cd "$KIND_ROOT" && go run ./test/cmd/images | grep '/echo:')
+  line=$(cd "$KIND_ROOT" && go run ./test/cmd/images -only echo)
   ECHO_IMAGE=$(awk '{print $1}' <<<"$line")
   ECHO_ARCHIVE=$(awk '{print $NF}' <<<"$line")
 }
