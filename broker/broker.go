@@ -72,7 +72,9 @@ func ServiceAccountName(clusterID string) string { return "cluster-" + clusterID
 // broker's etcd (see WorstCase). It returns once the API server enforces
 // the policies: it makes dry-run writes as a member identity until the
 // policies refuse them (see waitEnforced), so no member write slips through
-// a policy still loading.
+// a policy still loading, and once the quota controller counts members'
+// quotas (see waitQuotaCounts), so that a join right after finds its
+// member's quota counted.
 func Install(ctx context.Context, config *rest.Config, settings Settings) error {
 	settings = settings.WithDefaults()
 	objs, err := Objects(settings)
@@ -106,7 +108,10 @@ func Install(ctx context.Context, config *rest.Config, settings Settings) error 
 			return err
 		}
 	}
-	return waitEnforced(ctx, config, settings)
+	if err := waitEnforced(ctx, config, settings); err != nil {
+		return err
+	}
+	return waitQuotaCounts(ctx, kube, settings.Namespace)
 }
 
 // legacyQuotaName is the ResourceQuota of the broker namespace in the

@@ -244,24 +244,19 @@ func applyRoleBinding(ctx context.Context, kube kubernetes.Interface, rb *rbacv1
 
 // waitQuota waits until the broker's ResourceQuota controller has counted
 // the member namespace's usage: until then the API server refuses every
-// write the quota covers ("status unknown for quota").
+// write the quota covers ("status unknown for quota"). A quota created
+// before the controller knew the ServiceImport resource (a join within a
+// minute of the CRDs' install, without broker install's wait) is counted
+// at the controller's next full resync, every 5 minutes.
 func waitQuota(ctx context.Context, kube kubernetes.Interface, namespace string) error {
 	var last *corev1.ResourceQuota
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
 		q, err := kube.CoreV1().ResourceQuotas(namespace).Get(ctx, MemberQuotaName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		last = q
-		for name, hard := range q.Spec.Hard {
-			if got, ok := q.Status.Hard[name]; !ok || got.Cmp(hard) != 0 {
-				return false, nil
-			}
-			if _, ok := q.Status.Used[name]; !ok {
-				return false, nil
-			}
-		}
-		return true, nil
+		return counted(q), nil
 	})
 	if err != nil {
 		status := "none"

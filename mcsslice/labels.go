@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // Manager is the endpointslice.kubernetes.io/managed-by value of the MCS
@@ -18,9 +20,11 @@ import (
 const Manager = "importer.mcsd.io"
 
 // Selector selects MCS EndpointSlices: those with both MCS labels, whoever
-// wrote them. A data plane's informer limited to it caches only MCS slices;
-// slices without the labels are ignored either way.
-const Selector = mcsv1beta1.LabelServiceName + "," + mcsv1beta1.LabelSourceCluster
+// wrote them, but the broker's (they carry record.LabelServiceNamespace),
+// which a member that is also the broker holds in its member namespaces.
+// A data plane's informer limited to it caches only MCS slices; slices
+// without the labels are ignored either way.
+const Selector = mcsv1beta1.LabelServiceName + "," + mcsv1beta1.LabelSourceCluster + ",!" + record.LabelServiceNamespace
 
 // ImporterSelector selects the MCS EndpointSlices mcsd's importer writes:
 // Manager's and both MCS labels. An informer that the importer and the data

@@ -103,3 +103,25 @@ func TestLocalSharesTheImportsOfAnother(t *testing.T) {
 		t.Fatal("two Locals share their ServiceExports")
 	}
 }
+
+// A member that is also the broker holds every member's records, which
+// are ServiceImports, in its member namespaces: its Imports leave them out.
+func TestLocalImportsLeaveOutTheBrokersRecords(t *testing.T) {
+	const ns = "mcsd-broker"
+	mcs := mcsfake.NewSimpleClientset(
+		&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}},
+		&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: record.MemberNamespace(ns, "west"), Name: "shop.cart.west", Labels: record.Labels("west", "shop", "cart")}},
+	)
+	l := NewLocal(kubefake.NewClientset(), mcs, 0, LocalOptions{})
+	imports := l.Imports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer l.Shutdown()
+	defer cancel()
+	l.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), imports.HasSynced) {
+		t.Fatal("the ServiceImport informer did not sync")
+	}
+	if got := imports.GetStore().ListKeys(); !slices.Equal(got, []string{"shop/cart"}) {
+		t.Errorf("Imports holds %v, want only shop/cart", got)
+	}
+}

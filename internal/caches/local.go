@@ -11,6 +11,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	"github.com/mcsd-io/mcsd/internal/cacheobj"
+	"github.com/mcsd-io/mcsd/internal/record"
 )
 
 // Local are the informers on the member cluster: ServiceExports, Services
@@ -22,7 +23,11 @@ type Local struct {
 	// informers: this Local, or the one of LocalOptions.ImportsFrom.
 	importsFrom *Local
 
-	mcs       mcsinformers.SharedInformerFactory
+	mcs mcsinformers.SharedInformerFactory
+	// imports is mcs without the broker's records: a member that is also
+	// the broker holds every member's records, which are ServiceImports
+	// too, in its member namespaces.
+	imports   mcsinformers.SharedInformerFactory
 	kube      informers.SharedInformerFactory
 	mcsSlices informers.SharedInformerFactory
 	// sliceTransform is what the MCS EndpointSlice cache keeps.
@@ -54,7 +59,9 @@ func NewLocal(kube kubernetes.Interface, mcs mcsclient.Interface, resync time.Du
 		o.SliceTransform = cacheobj.ManagedFields
 	}
 	l := &Local{
-		mcs:  mcsinformers.NewSharedInformerFactory(mcs, resync),
+		mcs: mcsinformers.NewSharedInformerFactory(mcs, resync),
+		imports: mcsinformers.NewSharedInformerFactoryWithOptions(mcs, resync,
+			mcsinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = NotBrokerRecords })),
 		kube: informers.NewSharedInformerFactory(kube, resync),
 		mcsSlices: informers.NewSharedInformerFactoryWithOptions(kube, resync,
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.SliceSelector })),
@@ -90,10 +97,14 @@ func (l *Local) Namespaces() cache.SharedIndexInformer {
 	return prepare(l.kube.Core().V1().Namespaces().Informer(), cacheobj.ManagedFields)
 }
 
-// Imports are the cluster's ServiceImports.
+// NotBrokerRecords selects the ServiceImports of a member cluster that are
+// not a broker's records (record.LabelServiceNamespace marks those).
+const NotBrokerRecords = "!" + record.LabelServiceNamespace
+
+// Imports are the cluster's ServiceImports, but the broker's records.
 func (l *Local) Imports() cache.SharedIndexInformer {
 	from := l.importsFrom
-	return prepare(from.mcs.Multicluster().V1beta1().ServiceImports().Informer(), cacheobj.ManagedFields)
+	return prepare(from.imports.Multicluster().V1beta1().ServiceImports().Informer(), cacheobj.ManagedFields)
 }
 
 // MCSSlices are the MCS EndpointSlices of LocalOptions.SliceSelector.
@@ -105,14 +116,14 @@ func (l *Local) MCSSlices() cache.SharedIndexInformer {
 // Start starts every informer of this Local asked for so far (not those of
 // ImportsFrom); starting one already started is harmless.
 func (l *Local) Start(stop <-chan struct{}) {
-	for _, f := range []factory{l.mcs, l.kube, l.mcsSlices} {
+	for _, f := range []factory{l.mcs, l.imports, l.kube, l.mcsSlices} {
 		f.Start(stop)
 	}
 }
 
 // Shutdown stops the informers and waits for them.
 func (l *Local) Shutdown() {
-	for _, f := range []factory{l.mcs, l.kube, l.mcsSlices} {
+	for _, f := range []factory{l.mcs, l.imports, l.kube, l.mcsSlices} {
 		f.Shutdown()
 	}
 }

@@ -159,8 +159,8 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 	progress("declaring member %s on the broker (pod CIDRs %s) and creating its identity %s/%s",
 		id, prefixes(opts.PodCIDRs), opts.BrokerNamespace, broker.ServiceAccountName(id))
 
-	// AddMember waits for the broker's token controller; say so while it
-	// does.
+	// AddMember waits for the broker's controllers (its quota counted, its
+	// token filled and authenticated); say so while it does.
 	done := make(chan struct{})
 	go func() {
 		start := time.Now()
@@ -171,8 +171,8 @@ func Join(ctx context.Context, brokerAdmin, member *rest.Config, opts Options) (
 			case <-done:
 				return
 			case <-tick.C:
-				progress("waiting for the broker's token controller to fill Secret %s/%s-token (%s)",
-					opts.BrokerNamespace, broker.ServiceAccountName(id), time.Since(start).Round(time.Second))
+				progress("waiting for the broker's controllers to count member %s's quota and fill its token Secret %s/%s-token (%s)",
+					id, opts.BrokerNamespace, broker.ServiceAccountName(id), time.Since(start).Round(time.Second))
 			}
 		}
 	}()

@@ -3,8 +3,13 @@
 #   1. a smoke test with kubectl: an echo app in c2, exported; from a pod in
 #      c1, its clusterset name resolves and answers with a c2 pod's name;
 #   2. the upstream mcs-api conformance suite (MCS_API_REF, a tag of
-#      kubernetes-sigs/mcs-api) against both clusters; its report.html is
+#      kubernetes-sigs/mcs-api, cloned from GitHub; its pods pull their
+#      images from registries) against both clusters; its report.html is
 #      copied to .cache/kind/.
+# The smoke test needs no registry: its echo server is the image that
+# `go run ./test/cmd/images -only echo` builds (ECHO_IMAGE and ECHO_ARCHIVE name another
+# one), loaded with kind load image-archive, and its client is the mcsd
+# image (IMAGE) that up.sh loaded.
 # SKIP_SMOKE=1 or SKIP_CONFORMANCE=1 skip a part; CONFORMANCE_ARGS are more
 # arguments for the suite (such as -ginkgo.focus=...).
 set -euo pipefail
@@ -13,15 +18,28 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The mcs-api release whose CRDs manifests/crds holds (go.mod).
 MCS_API_REF=${MCS_API_REF:-v0.5.2}
-AGNHOST=${AGNHOST:-registry.k8s.io/e2e-test-images/agnhost:2.53}
-BUSYBOX=${BUSYBOX:-busybox:1.36}
+ECHO_IMAGE=${ECHO_IMAGE:-}
+ECHO_ARCHIVE=${ECHO_ARCHIVE:-}
 NS=mcsd-smoke
 
-require kubectl git go
+require kubectl kind go
 mkdir -p "$KIND_WORK"
 
 k1() { kubectl --context "$CTX1" "$@"; }
 k2() { kubectl --context "$CTX2" "$@"; }
+
+# echo_image sets ECHO_IMAGE and ECHO_ARCHIVE to the echo server's image,
+# building it when none is given: test/cmd/images prints
+# "REF SIZE MiB SECONDS PATH".
+echo_image() {
+  if [[ -n "$ECHO_IMAGE" && -n "$ECHO_ARCHIVE" ]]; then
+    return
+  fi
+  local line
+  line=$(cd "$KIND_ROOT" && go run ./test/cmd/images -only echo)
+  ECHO_IMAGE=$(awk '{print $1}' <<<"$line")
+  ECHO_ARCHIVE=$(awk '{print $NF}' <<<"$line")
+}
 
 serviceexport_ready() {
   [[ $(k2 -n "$NS" get serviceexport echo \
@@ -33,22 +51,25 @@ serviceimport_has_ip() {
 }
 
 resolves() {
-  k1 -n "$NS" exec client -- nslookup "echo.${NS}.svc.clusterset.local" >"$KIND_WORK/nslookup.out" 2>&1
+  k1 -n "$NS" exec client -- getent hosts "echo.${NS}.svc.clusterset.local" >"$KIND_WORK/resolve.out" 2>&1
 }
 
-# The echo app answers /hostname with its pod's name: one of c2's pods.
+# The echo server writes "<ip> <cluster> <pod>" on each connection: the pod
+# must be one of c2's.
 answers_from_c2() {
-  local name
-  name=$(k1 -n "$NS" exec client -- wget -qO- -T 5 "http://echo.${NS}.svc.clusterset.local:8080/hostname" 2>/dev/null) || return 1
-  k2 -n "$NS" get pod "$name" >/dev/null 2>&1 || return 1
-  echo "answered by $name in $C2"
+  local reply pod
+  reply=$(k1 -n "$NS" exec client -- timeout 5 \
+    bash -c "exec 3<>/dev/tcp/echo.${NS}.svc.clusterset.local/8080 && head -n 1 <&3" 2>/dev/null) || return 1
+  pod=$(awk '{print $3}' <<<"$reply")
+  [[ -n "$pod" ]] && k2 -n "$NS" get pod "$pod" >/dev/null 2>&1 || return 1
+  echo "answered \"$reply\": pod $pod of $C2"
 }
 
 dump() {
   echo "--- state after failure" >&2
   k2 -n "$NS" get serviceexport echo -o yaml >&2 || true
   k1 -n "$NS" get serviceimport,endpointslices -o wide >&2 || true
-  cat "$KIND_WORK/nslookup.out" >&2 2>/dev/null || true
+  cat "$KIND_WORK/resolve.out" >&2 2>/dev/null || true
   for ctx in "$CTX1" "$CTX2"; do
     kubectl --context "$ctx" -n mcsd-system logs deployment/mcsd-controller --tail=50 >&2 || true
     kubectl --context "$ctx" -n mcsd-system logs daemonset/mcsd-node-agent --tail=50 >&2 || true
@@ -58,30 +79,57 @@ dump() {
 smoke() {
   log "Smoke: export echo from $C2, reach it by name from $C1"
   trap dump ERR
+  echo_image
+  kind load image-archive "$ECHO_ARCHIVE" --name "$C2"
   # A service is imported where its namespace exists.
   for ctx in "$CTX1" "$CTX2"; do
     kubectl --context "$ctx" create namespace "$NS" --dry-run=client -o yaml | kubectl --context "$ctx" apply -f -
   done
-  k2 -n "$NS" create deployment echo --image="$AGNHOST" --replicas=2 --dry-run=client -o yaml \
-    -- /agnhost netexec --http-port=8080 | k2 apply -f -
-  k2 -n "$NS" expose deployment echo --port=8080 --dry-run=client -o yaml | k2 apply -f -
   k2 -n "$NS" apply -f - <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers:
+      - name: echo
+        image: ${ECHO_IMAGE}
+        imagePullPolicy: Never
+        env:
+        - {name: CLUSTER, value: "${C2}"}
+        - name: POD_IPS
+          valueFrom: {fieldRef: {fieldPath: status.podIPs}}
+        - name: POD_NAME
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+        readinessProbe:
+          tcpSocket: {port: 8080}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{port: 8080}]
+---
 apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
-metadata:
-  name: echo
-  namespace: ${NS}
+metadata: {name: echo}
 YAML
   k2 -n "$NS" rollout status deployment echo --timeout=3m
   retry 120 serviceexport_ready
   retry 120 serviceimport_has_ip
   k1 -n "$NS" get serviceimport echo -o wide
 
-  k1 -n "$NS" run client --image="$BUSYBOX" --restart=Never --dry-run=client -o yaml \
-    -- sleep 3600 | k1 apply -f -
+  k1 -n "$NS" run client --image="$IMAGE" --image-pull-policy=Never --restart=Never \
+    --dry-run=client -o yaml --command -- sleep infinity | k1 apply -f -
   k1 -n "$NS" wait --for=condition=Ready pod/client --timeout=3m
   retry 120 resolves
-  cat "$KIND_WORK/nslookup.out"
+  cat "$KIND_WORK/resolve.out"
   retry 120 answers_from_c2
   trap - ERR
 

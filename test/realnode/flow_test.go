@@ -80,7 +80,7 @@ type flow struct {
 func openFlow(ctx context.Context, t *testing.T, c *client, vip netip.Addr) *flow {
 	t.Helper()
 	addr := netip.AddrPortFrom(vip, echoPort).String()
-	conn, err := c.dial(ctx, "tcp", addr)
+	conn, err := c.Dial(ctx, "tcp", addr)
 	if err != nil {
 		t.Fatalf("%s: connecting to %s: %v", c, addr, err)
 	}
@@ -221,7 +221,7 @@ func (w *world) dialEvery(interval time.Duration, vip netip.Addr) *probes {
 	return w.probeEvery(interval, func(c *client) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := c.ask(ctx, "tcp", addr); err != nil {
+		if _, err := c.Ask(ctx, "tcp", addr); err != nil {
 			return fmt.Errorf("a new connection to %s: %w", addr, err)
 		}
 		return nil

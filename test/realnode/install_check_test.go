@@ -64,11 +64,11 @@ func testInstall(t *testing.T) {
 		}
 		for _, c := range m.clients {
 			for _, network := range []string{"udp", "tcp"} {
-				r, err := c.query(network, "kubernetes.default.svc.cluster.local", dns.TypeA)
+				r, err := c.Query(network, "kubernetes.default.svc.cluster.local", dns.TypeA)
 				if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-					t.Errorf("%s: %s asked its nameserver %s over %s for kubernetes.default: %v %v", m.Name, c, c.nameserver, network, r, err)
+					t.Errorf("%s: %s asked its nameserver %s over %s for kubernetes.default: %v %v", m.Name, c, c.Nameserver, network, r, err)
 				}
-				r, err = c.query(network, "nothing.nowhere.svc.clusterset.local", dns.TypeA)
+				r, err = c.Query(network, "nothing.nowhere.svc.clusterset.local", dns.TypeA)
 				if err != nil || r.Rcode != dns.RcodeNameError {
 					t.Errorf("%s: %s asked for an unknown clusterset name over %s: %v %v, want NXDOMAIN", m.Name, c, network, r, err)
 				}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsd-io/mcsd/kubectlmcs/readiness"
+	"github.com/mcsd-io/mcsd/test/lib/echopod"
 	"github.com/mcsd-io/mcsd/test/lib/images"
 )
 
@@ -217,7 +218,7 @@ func (w *world) awaitRollout(ctx context.Context, m *member, ref string) error {
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == ref && podReady(&p) {
+			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == ref && echopod.Ready(&p) {
 				ready++
 			}
 			for _, cs := range p.Status.ContainerStatuses {
@@ -241,15 +242,6 @@ func rolloutState(ds *appsv1.DaemonSet) string {
 		ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady, s.NumberAvailable)
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // podDiagnosis says what the member's mcsd pods are doing, for failures.
 func (w *world) podDiagnosis(ctx context.Context, m *member) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -260,7 +252,7 @@ func (w *world) podDiagnosis(ctx context.Context, m *member) string {
 		return err.Error()
 	}
 	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p))
+		fmt.Fprintf(&b, "pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, echopod.Ready(&p))
 		for _, cs := range p.Status.ContainerStatuses {
 			fmt.Fprintf(&b, " restarts=%d state=%+v", cs.RestartCount, cs.State)
 		}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/mcsd-io/mcsd/test/lib/echopod"
 	"github.com/mcsd-io/mcsd/test/lib/harness"
 )
 
@@ -46,7 +47,7 @@ func testMCSDPodKilled(t *testing.T) {
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := m.Kube.CoreV1().Pods(mcsdNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		return err == nil && p.Status.ContainerStatuses[0].RestartCount > restarts && podReady(p), nil
+		return err == nil && p.Status.ContainerStatuses[0].RestartCount > restarts && echopod.Ready(p), nil
 	})
 	if err != nil {
 		t.Fatalf("%s: the killed mcsd on %s was not restarted and Ready: %v\n%s", m.Name, node.Name, err, w.podDiagnosis(ctx, m))

@@ -95,7 +95,7 @@ func testResolvableMeansReachableOnEveryNode(t *testing.T) {
 					continue
 				}
 				cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
-				_, err = p.r.c.ask(cctx, "tcp", netip.AddrPortFrom(vip, echoPort).String())
+				_, err = p.r.c.Ask(cctx, "tcp", netip.AddrPortFrom(vip, echoPort).String())
 				ccancel()
 				if err != nil {
 					res.dialErr = fmt.Errorf("%s: %s resolved by %s to %s %v after the export, and the connection made at once failed: %w; the node's rules of %s now: %s",

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/test/lib/echopod"
 )
 
 // echoPort is the port every echo backend answers on.
@@ -59,7 +61,7 @@ func (w *world) namespace(t *testing.T, name string) {
 func (w *world) backends(ctx context.Context, t *testing.T, m *member, ns, app string) {
 	t.Helper()
 	replicas := int32(len(m.RealNodes()))
-	pod := echoPod(ns, "", m.Name, w.echo.Ref, map[string]string{"app": app}, echoPort)
+	pod := echopod.Spec(ns, "", m.Name, w.echo.Ref, map[string]string{"app": app}, echoPort)
 	pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
@@ -171,7 +173,7 @@ type resolver struct {
 
 // viaClusterDNS asks what the pod's resolv.conf names.
 func viaClusterDNS(c *client) resolver {
-	return resolver{c: c, server: c.nameserver, via: "the cluster DNS"}
+	return resolver{c: c, server: c.Nameserver, via: "the cluster DNS"}
 }
 
 // viaMCSD asks the mcsd of another node directly, at its node address.
@@ -185,7 +187,7 @@ func (r resolver) lookup(name string) (netip.Addr, bool, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, dns.TypeA)
 	var resp *dns.Msg
-	err := r.c.ns.Do(func() error {
+	err := r.c.NS.Do(func() error {
 		var err error
 		resp, _, err = (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).Exchange(m, r.server)
 		return err

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcsd-io/mcsd/test/lib/conformance"
 	"github.com/mcsd-io/mcsd/test/lib/harness"
 	"github.com/mcsd-io/mcsd/test/lib/images"
 	"github.com/mcsd-io/mcsd/test/lib/repo"
@@ -127,7 +128,7 @@ func install(ctx context.Context, t *testing.T) (*world, error) {
 		t.Logf("figure: %s: every mcsd pod Ready %v after kubectl mcs join began", m.Name, time.Since(step).Round(10*time.Millisecond))
 	}
 	for _, m := range w.members {
-		if m.id, err = clusterID(ctx, m); err != nil {
+		if m.id, err = conformance.RecordedClusterID(ctx, m.Dynamic, m.Name); err != nil {
 			return w, err
 		}
 		if err := w.startClients(ctx, m); err != nil {

@@ -6,7 +6,8 @@
 // kubelet, kube-scheduler and kube-proxy run on the harness's real nodes
 // (test/lib/harness RealNodes), and kube-proxy is also the baseline the proxier
 // is measured against (make bench-proxier). kubectl is what tests run the
-// operator's commands with on a machine that has none.
+// operator's commands with on a machine that has none. kubeadm, kubelet and
+// kubectl also go into the kind node image the kind tests build.
 package tools
 
 import (
@@ -14,6 +15,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )

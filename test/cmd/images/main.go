@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 func main() {
 	tags := flag.String("mcsd-tags", "", "comma-separated tags of mcsd images to build (default none)")
+	only := flag.String("only", "", "comma-separated names of the test images to build: pause, coredns, echo (default all three)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "images: unexpected arguments %q (-h lists the flags)\n", flag.Args())
@@ -31,6 +33,20 @@ func main() {
 		name  string
 		build func(context.Context) (images.Image, error)
 	}{{"pause", images.Pause}, {"coredns", images.CoreDNS}, {"echo", images.Echo}}
+	if *only != "" {
+		wanted := strings.Split(*only, ",")
+		kept := builds[:0]
+		for _, b := range builds {
+			if slices.Contains(wanted, b.name) {
+				kept = append(kept, b)
+			}
+		}
+		if len(kept) != len(wanted) {
+			fmt.Fprintf(os.Stderr, "images: -only %q: the test images are pause, coredns and echo\n", *only)
+			os.Exit(2)
+		}
+		builds = kept
+	}
 	for _, tag := range strings.Split(*tags, ",") {
 		if tag = strings.TrimSpace(tag); tag != "" {
 			builds = append(builds, struct {

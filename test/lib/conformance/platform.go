@@ -17,15 +17,21 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
+	aboutv1beta1 "github.com/mcsd-io/mcsd/apis/about/v1beta1"
 	"github.com/mcsd-io/mcsd/test/lib/echo"
 )
 
@@ -163,4 +169,23 @@ func Run(t *testing.T, w *World, specs []Spec) {
 	for _, s := range specs {
 		t.Run(s.Name, func(t *testing.T) { s.Run(t, w) })
 	}
+}
+
+// RecordedClusterID waits until mcsd has resolved and recorded cluster's ID
+// (the ClusterProperty cluster.clusterset.k8s.io) and returns it.
+func RecordedClusterID(ctx context.Context, dyn dynamic.Interface, cluster string) (string, error) {
+	gvr := aboutv1beta1.SchemeGroupVersion.WithResource(aboutv1beta1.Resource)
+	var id string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		obj, err := dyn.Resource(gvr).Get(ctx, aboutv1beta1.ClusterIDName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		id, _, _ = unstructured.NestedString(obj.Object, "spec", "value")
+		return id != "", nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s: no cluster ID recorded: %w", cluster, err)
+	}
+	return id, nil
 }

@@ -21,8 +21,8 @@ type Page struct {
 const TablePage = "docs/placeholders.md"
 
 // Pages are the install and operate pages, in the order a reader follows
-// them. docs/install/kind.md is not among them: its blocks run in kind
-// (test/kind).
+// them. docs/install/kind.md is not among them: its blocks are the
+// scripts of test/kind, which test/kind runs in kind.
 var Pages = []Page{
 	{Path: "README.md", Section: "Install on your clusters"},
 	{Path: "docs/install/real-clusters.md"},

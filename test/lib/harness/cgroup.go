@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcsd-io/mcsd/test/lib/cgroup"
 )
 
 // Real nodes run their daemons and pods in cgroups of the run, in every
@@ -176,7 +178,7 @@ func killCgroup(rel string) ([]int, error) {
 	}
 	var errs []error
 	for _, h := range hs {
-		if err := removeCgroupTree(filepath.Join(cgroupBase, h, rel), deadline); err != nil {
+		if err := cgroup.RemoveTree(filepath.Join(cgroupBase, h, rel), deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -211,44 +213,6 @@ func cgroupPids(tree string) ([]int, error) {
 		return nil
 	})
 	return pids, err
-}
-
-// removeCgroupTree removes a cgroup directory and its descendants, deepest
-// first. A cgroup whose last process has just been killed may stay busy
-// for a moment (the process is still exiting), so removal is retried until
-// deadline.
-func removeCgroupTree(dir string, deadline time.Time) error {
-	var dirs []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			dirs = append(dirs, path)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Deeper paths are longer than their parents: remove the longest first.
-	slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
-	for _, d := range dirs {
-		for {
-			err := syscall.Rmdir(d)
-			if err == nil || errors.Is(err, syscall.ENOENT) {
-				break
-			}
-			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-				return fmt.Errorf("removing cgroup %s: %w", d, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return nil
 }
 
 // staleCgroups kills the processes of, and removes, the cgroups of runs
