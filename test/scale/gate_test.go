@@ -2,6 +2,7 @@ package scale
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/dnsgate"
@@ -44,13 +47,9 @@ const (
 // each ClusterSetIP, beside what every node watching every report would
 // cost.
 func BenchmarkDNSGate(b *testing.B) {
-	nodes, err := positiveInts(os.Getenv("MCSD_GATE_NODES"), "100,500")
+	nodes, batch, err := gateSizes()
 	if err != nil {
-		b.Fatalf("MCSD_GATE_NODES: %v", err)
-	}
-	batch, err := positiveInts(os.Getenv("MCSD_GATE_BATCH"), "40")
-	if err != nil || len(batch) != 1 || batch[0] > 60000 {
-		b.Fatalf("MCSD_GATE_BATCH %q: one number of ServiceImports, at most 60000", os.Getenv("MCSD_GATE_BATCH"))
+		b.Fatal(err)
 	}
 	bin := filepath.Join(b.TempDir(), "gatenode")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcsd-io/mcsd/test/cmd/gatenode").CombinedOutput(); err != nil {
@@ -60,7 +59,7 @@ func BenchmarkDNSGate(b *testing.B) {
 	for _, n := range nodes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
-				r := runGate(b, bin, n, batch[0])
+				r := runGate(b, bin, n, batch)
 				reportGate(b, r)
 				rows = append(rows, r)
 			}
@@ -69,20 +68,23 @@ func BenchmarkDNSGate(b *testing.B) {
 	printGateTable(os.Stdout, rows)
 }
 
-// positiveInts reads "A,B,...", or def when spec is empty.
-func positiveInts(spec, def string) ([]int, error) {
-	if spec == "" {
-		spec = def
-	}
-	var out []int
-	for _, f := range strings.Split(spec, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("%q is not a positive number", f)
+// gateSizes reads MCSD_GATE_NODES, the numbers of nodes to run with
+// (default "100,500"), and MCSD_GATE_BATCH, the ServiceImports of the
+// batch (default 40).
+func gateSizes() (nodes []int, batch int, err error) {
+	for _, f := range strings.Split(cmp.Or(os.Getenv("MCSD_GATE_NODES"), "100,500"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, 0, fmt.Errorf("MCSD_GATE_NODES: %q is not a positive number", f)
 		}
-		out = append(out, v)
+		nodes = append(nodes, n)
 	}
-	return out, nil
+	// Their ClusterSetIPs are vipOf(1) to vipOf(batch).
+	batch, err = strconv.Atoi(cmp.Or(os.Getenv("MCSD_GATE_BATCH"), "40"))
+	if err != nil || batch < 1 || batch > 60000 {
+		return nil, 0, fmt.Errorf("MCSD_GATE_BATCH=%q: give a number of ServiceImports from 1 to 60000", os.Getenv("MCSD_GATE_BATCH"))
+	}
+	return nodes, batch, nil
 }
 
 // gateResult is what one run measured over the batch, from the first
@@ -396,7 +398,12 @@ func watchGateLeases(ctx context.Context, c *harness.Cluster) (*leaseWatch, erro
 	if err != nil {
 		return nil, err
 	}
-	w, err := leases.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	// The API server closes a watch whose client falls behind, as this
+	// one may while hundreds of processes share two cores: it resumes
+	// where it was.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, o) },
+	})
 	if err != nil {
 		return nil, err
 	}
