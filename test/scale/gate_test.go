@@ -99,6 +99,10 @@ type gateResult struct {
 	// those of ServiceImports (the proxier's feed, the same in any design).
 	reportWrites, summaryWrites, leaseWrites float64
 	leaseEvents, importEvents                float64
+	// droppedWatches are the watches of Leases and ServiceImports the API
+	// server closed because their client fell behind: each costs a relist
+	// instead of the events it missed.
+	droppedWatches float64
 	// cpu by process: the API server, etcd, the aggregator, all nodes.
 	apiserverCPU, etcdCPU, aggregatorCPU, nodesCPU time.Duration
 	// nodesRSS is the resident memory of all node processes.
@@ -195,6 +199,7 @@ func runGate(b *testing.B, bin string, n, batch int) gateResult {
 	res.leaseEvents = after.watchEvents("leases") - before.watchEvents("leases") - res.leaseWrites - res.reportWrites - res.summaryWrites
 	// The garbage collector got one event per ServiceImport too.
 	res.importEvents = after.watchEvents("serviceimports") - before.watchEvents("serviceimports") - float64(batch)
+	res.droppedWatches = after.droppedWatches() - before.droppedWatches()
 	res.apiserverCPU = cpuAfter.apiserver - cpuBefore.apiserver
 	res.etcdCPU = cpuAfter.etcd - cpuBefore.etcd
 	res.aggregatorCPU = cpuAfter.aggregator - cpuBefore.aggregator
@@ -365,6 +370,13 @@ func (m gateMetrics) leaseWrites() float64 {
 // watchEvents are the events of a resource sent to watchers so far.
 func (m gateMetrics) watchEvents(resource string) float64 {
 	return sample(m).sum("apiserver_watch_events_total", map[string]string{"resource": resource})
+}
+
+// droppedWatches are the watches of Leases and ServiceImports closed so
+// far because their client fell behind.
+func (m gateMetrics) droppedWatches() float64 {
+	return sample(m).sum("apiserver_terminated_watchers_total", map[string]string{"resource": "leases"}) +
+		sample(m).sum("apiserver_terminated_watchers_total", map[string]string{"resource": "serviceimports"})
 }
 
 // waitLeaseWritesSettle waits until the Lease writes have stopped for a

@@ -37,10 +37,10 @@ func reportGate(b *testing.B, r gateResult) {
 
 func printGateTable(w io.Writer, rows []gateResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tClusterSetIPs\treport writes\tsummary writes\tall Lease writes\tLease events\texpected\tall-reports events (est.)\tServiceImport events\tapiserver CPU\tetcd CPU\taggregator CPU\tnodes CPU\trelease p50\trelease p99\tfirst node p50\tnodes RSS\tload before\tload after\t")
+	fmt.Fprintln(tw, "nodes\tClusterSetIPs\treport writes\tsummary writes\tall Lease writes\tLease events\texpected\tall-reports events (est.)\tServiceImport events\twatches dropped\tapiserver CPU\tetcd CPU\taggregator CPU\tnodes CPU\trelease p50\trelease p99\tfirst node p50\tnodes RSS\tload before\tload after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f s\t%.2f s\t%.2f s\t%.2f s\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%s\t\n",
-			r.nodes, r.batch, r.reportWrites, r.summaryWrites, r.leaseWrites, r.leaseEvents, r.gateEvents(), r.allReportsEvents(), r.importEvents,
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f s\t%.2f s\t%.2f s\t%.2f s\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%s\t\n",
+			r.nodes, r.batch, r.reportWrites, r.summaryWrites, r.leaseWrites, r.leaseEvents, r.gateEvents(), r.allReportsEvents(), r.importEvents, r.droppedWatches,
 			r.apiserverCPU.Seconds(), r.etcdCPU.Seconds(), r.aggregatorCPU.Seconds(), r.nodesCPU.Seconds(),
 			ms(percentile(r.released, 50)), ms(percentile(r.released, 99)), ms(percentile(r.firstReleased, 50)),
 			mib(r.nodesRSS), r.loadBefore, r.loadAfter)
