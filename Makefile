@@ -10,6 +10,7 @@
 #   make bench-e2e      export -> resolvable -> reachable latency across clusters (root)
 #   make bench-scale    the control plane at 3x10k and 50x1k services (root)
 #   make bench-bulk     200 services exported at once, three clusters, beside a plain writer (root)
+#   make bench-gate     the DNS gate's writes, watch events and release time at 100 and 500 nodes (root)
 #   make image      the mcsd container image as an archive, bin/mcsd-image.tar (IMAGE=...; no Docker)
 #   make image-docker   the same image from the Dockerfile, with a Docker engine
 #   make test-images    the images the real-node tests run (pause, CoreDNS, echo, mcsd), cached
@@ -208,6 +209,18 @@ bench-scale: harness-binaries
 .PHONY: bench-bulk
 bench-bulk: harness-binaries
 	MCSD_BULK=$(MCSD_BULK) $(GO) test -run '^$$' -bench BenchmarkBulkExport -benchtime 1x -count=1 -timeout 40m ./test/scale/
+
+# The DNS gate's cost per batch of new ClusterSetIPs (MCSD_GATE_BATCH, 40)
+# with MCSD_GATE_NODES simulated nodes: one process per node running the
+# gate's report writer and summary watcher, and the controller's
+# aggregator; prints Lease writes, watch events, API server CPU and the
+# time until every node may hand each ClusterSetIP out (root).
+MCSD_GATE_NODES ?= 100,500
+MCSD_GATE_BATCH ?= 40
+.PHONY: bench-gate
+bench-gate: harness-binaries
+	MCSD_GATE_NODES=$(MCSD_GATE_NODES) MCSD_GATE_BATCH=$(MCSD_GATE_BATCH) \
+	  $(GO) test -run '^$$' -bench BenchmarkDNSGate -benchtime 1x -count=1 -timeout 90m ./test/scale/
 
 # A broker, two clusters and one mcsd each; an app exported from cluster2,
 # reached by name and ClusterSetIP from cluster1, then scaled into cluster1.
