@@ -828,6 +828,9 @@ func TestImporterAgainstABrokerAndThreeClusters(t *testing.T) {
 		e.export(c2, "app", "steady", nil)
 		for _, m := range members {
 			e.imported(m, "app", "steady", minute, "ready", func(si *mcsv1beta1.ServiceImport) bool { return readyIs(si, metav1.ConditionTrue, "Ready") })
+			// Its slice (no endpoints: no pod) may be written just after the
+			// ServiceImport is Ready; the snapshot below must hold it.
+			e.endpointsBySource(m, "app", "steady", minute, map[string][]string{c2.ID: {}})
 		}
 		type snapshot map[string]string // object name -> UID
 		take := func(m *fixture.Member) snapshot {
