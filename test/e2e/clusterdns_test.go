@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcsd-io/mcsd/test/lib/ports"
+
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -48,7 +50,7 @@ func startClusterDNS(t *testing.T, cs *harness.ClusterSet, m *fixture.Member, no
 	if err != nil {
 		t.Fatalf("the cluster DNS: %v", err)
 	}
-	port, err := harness.FreePort()
+	port, err := ports.Free()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func startDNSRelay(t *testing.T, ns *netns.NS, target string) string {
 	var pc net.PacketConn
 	var ln net.Listener
 	for attempt := 0; ; attempt++ {
-		port, err := harness.FreePort()
+		port, err := ports.Free()
 		if err != nil {
 			t.Fatal(err)
 		}

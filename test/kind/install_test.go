@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcsd-io/mcsd/test/lib/ports"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -358,7 +360,7 @@ func withoutFlags(args []string, names ...string) []string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	port, err := harness.FreePort()
+	port, err := ports.Free()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcsd-io/mcsd/test/lib/ports"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -123,32 +124,6 @@ func (c *Cluster) WriteKubeconfig(path string, cfg *rest.Config) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now. It
-// picks from below the kernel's ephemeral range (32768 and up by default),
-// where the outgoing connections of every client on the machine take their
-// ports: a port chosen there may be taken by one of them before the server
-// it is meant for binds it.
-func FreePort() (int, error) {
-	for range 100 {
-		port := reservedPortLow + rand.IntN(reservedPortHigh-reservedPortLow)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port, nil
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// The range FreePort picks from.
-const reservedPortLow, reservedPortHigh = 20000, 32000
-
 // startAttempts is how often a control plane is started afresh (new ports,
 // new data) before the harness gives up on it.
 const startAttempts = 3
@@ -191,15 +166,15 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return err
 	}
-	etcdClient, err := FreePort()
+	etcdClient, err := ports.Free()
 	if err != nil {
 		return err
 	}
-	etcdPeer, err := FreePort()
+	etcdPeer, err := ports.Free()
 	if err != nil {
 		return err
 	}
-	if c.apiserverPort, err = FreePort(); err != nil {
+	if c.apiserverPort, err = ports.Free(); err != nil {
 		return err
 	}
 
