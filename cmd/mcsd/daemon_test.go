@@ -26,6 +26,8 @@ import (
 
 	"github.com/mcsd-io/mcsd/test/lib/fixture"
 	"github.com/mcsd-io/mcsd/test/lib/harness"
+	"github.com/mcsd-io/mcsd/test/lib/netns"
+	"github.com/miekg/dns"
 )
 
 // stampedVersion is what the test stamps into the daemon it runs, as the
@@ -82,7 +84,7 @@ func TestRunningDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	// /metrics as it ships: over HTTPS, to reviewed tokens.
-	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{Args: []string{"--metrics-secure"}})
+	d := fixture.StartDaemon(t, cs, m, node, fixture.DaemonOptions{Args: []string{"--metrics-secure", "--shutdown-delay-duration=10s"}})
 	metricsURL := "https://" + strings.TrimPrefix(d.Metrics, "http://")
 	scraper := metricsReader(ctx, t, m.Kube, "scraper", true)
 
@@ -303,6 +305,36 @@ func TestRunningDaemon(t *testing.T) {
 		e = waitEvent(t, metav1.NamespaceDefault, "Node", node.Name, EventSyncProxyRulesFailed, "IPv4 ClusterSetIP rules not synced: nft: xxx")
 		if e.Type != corev1.EventTypeWarning || len(e.Message) > maxEventMessage {
 			t.Errorf("sync failure event of type %s with a %d-byte message, want Warning, at most %d", e.Type, len(e.Message), maxEventMessage)
+		}
+	})
+	// Last: it stops the daemon.
+	t.Run("at SIGTERM, /readyz fails while DNS answers on for --shutdown-delay-duration, then the daemon exits", func(t *testing.T) {
+		terminated := make(chan error, 1)
+		go func() { terminated <- d.Terminate(time.Minute) }()
+		var code int
+		var body string
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			var getErr error
+			code, body, getErr = get(ctx, d.Health+"/readyz/shutdown")
+			return getErr == nil && code == http.StatusInternalServerError, nil
+		})
+		if err != nil {
+			t.Fatalf("/readyz/shutdown after SIGTERM: %d %q, want 500: %v", code, body, err)
+		}
+		answer, err := exchange(ctx, netns.Path(node.NS.Name), "udp", d.DNS.String(), soaQuery("clusterset.local"))
+		if err != nil || answer.Rcode != dns.RcodeSuccess || len(answer.Answer) != 1 {
+			t.Errorf("the SOA of clusterset.local once not ready: %v %v, want it answered", answer, err)
+		}
+		select {
+		case err := <-terminated:
+			t.Fatalf("the daemon exited before the delay was over (%v)", err)
+		default:
+		}
+		if err := <-terminated; err != nil {
+			t.Fatalf("after the delay: %v\n%s", err, d.Tail(20))
+		}
+		if !strings.Contains(d.Tail(200), "Shutting down: not ready, serving on until the delay is over") {
+			t.Errorf("no log of the delay:\n%s", d.Tail(20))
 		}
 	})
 }

@@ -22,8 +22,8 @@ import (
 // (with /statusz and /proxyMode) servers; both stop when ctx ends. A port that cannot be bound is an error
 // at once, naming the flag. With --metrics-secure, /metrics answers over HTTPS the requests that the local
 // cluster's API server (kube) authenticates and authorizes.
-func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prometheus.Registry, kube kubernetes.Interface, dp *nodeAgent, ctrl *controllers) error {
-	var health, readiness []healthz.HealthChecker
+func serveEndpoints(ctx context.Context, o *options, clusterID string, reg *prometheus.Registry, kube kubernetes.Interface, dp *nodeAgent, ctrl *controllers, d *drain) error {
+	health, readiness := []healthz.HealthChecker{}, []healthz.HealthChecker{d.readyCheck()}
 	if dp != nil {
 		health = append(health, dp.healthChecks()...)
 		readiness = append(readiness, dp.readyChecks()...)

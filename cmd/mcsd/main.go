@@ -24,6 +24,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/mcsd-io/mcsd/clusterid"
 	"github.com/mcsd-io/mcsd/internal/ipfamilies"
@@ -80,9 +81,10 @@ func main() {
 	if limit > 0 {
 		klog.InfoS("Go memory limit set", "bytes", limit, "from", source)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ctx, d := startDrain(context.Background(), clock.RealClock{}, o.shutdownDelay, signals)
+	if err := run(ctx, o, d); err != nil {
 		klog.ErrorS(err, "mcsd failed")
 		klog.Flush()
 		os.Exit(1)
@@ -102,7 +104,7 @@ func printUsage(w io.Writer, nfs cliflag.NamedFlagSets) {
 	cliflag.PrintSections(w, nfs, cols)
 }
 
-func run(ctx context.Context, o *options) error {
+func run(ctx context.Context, o *options, d *drain) error {
 	logger := klog.FromContext(ctx)
 	reg := newRegistry()
 	localCfg, err := localConfig(o)
@@ -151,7 +153,7 @@ func run(ctx context.Context, o *options) error {
 
 	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
-	if err := serveEndpoints(ctx, o, clusterID, reg, local.kube, dp, ctrl); err != nil {
+	if err := serveEndpoints(ctx, o, clusterID, reg, local.kube, dp, ctrl, d); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)

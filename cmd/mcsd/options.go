@@ -80,6 +80,7 @@ type options struct {
 	importerWorkers     int
 	controllerResync    time.Duration
 	shutdownGracePeriod time.Duration
+	shutdownDelay       time.Duration
 
 	// The importer's defences against other members.
 	importDeniedNamespaces []string
@@ -205,6 +206,7 @@ func (o *options) register(nfs *cliflag.NamedFlagSets) *rawFlags {
 	general.BoolVar(&o.cleanup, "cleanup", false, "remove mcsd's nftables tables and iptables chains (both families, both modes) from the node, in --netns, and exit")
 	general.StringVar(&raw.components, "components", strings.Join(allComponents, ","), "comma-separated components to run: "+strings.Join(allComponents, ", "))
 	general.DurationVar(&o.shutdownGracePeriod, "shutdown-grace-period", 5*time.Second, "time components get to stop after SIGTERM")
+	general.DurationVar(&o.shutdownDelay, "shutdown-delay-duration", 0, "time between SIGTERM and stopping the components, during which /readyz fails and everything else goes on serving: long enough for the kubelet's readiness probe to fail and every kube-proxy to move the flows pinned to this pod (a second SIGTERM stops at once)")
 
 	connection.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster; empty means in-cluster configuration")
 	connection.StringVar(&o.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig of the broker (this cluster's broker identity)")
@@ -536,6 +538,9 @@ func (o *options) completeObservability(errs *flagErrors) {
 	o.completeMetrics(errs)
 	if o.shutdownGracePeriod < 0 {
 		errs.bad("shutdown-grace-period", "must not be negative")
+	}
+	if o.shutdownDelay < 0 {
+		errs.bad("shutdown-delay-duration", "must not be negative")
 	}
 	for _, err := range logsapi.Validate(o.logs, nil, nil) {
 		errs.bad(loggingFlag(err.Field), "%s", err.ErrorBody())

@@ -144,7 +144,9 @@ func TestChartInstall(t *testing.T) {
 	if env["POD_CIDRS"] != c.PodCIDR.String() {
 		t.Fatalf("the chart's POD_CIDRS is %q, want %s", env["POD_CIDRS"], c.PodCIDR)
 	}
-	agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), env)
+	// No kube-proxy pins flows to this process: it stops without the
+	// shutdown delay.
+	agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address", "--shutdown-delay-duration"), env)
 	agentArgs = append(agentArgs, "--kubeconfig="+agentKubeconfig, "--netns="+netns.Path(node.NS.Name), "--node-name="+node.Name,
 		"--health-address="+agentHealth, "--metrics-address="+freeAddr(t))
 	agent, err := cs.StartProgram("chart-mcsd-node-agent", bin, agentArgs...)

@@ -150,8 +150,9 @@ func TestOperatorInstallWithKubectl(t *testing.T) {
 		env := map[string]string{"POD_IP": m.node.IP.String(), "NODE_NAME": m.node.Name, "POD_CIDRS": c.PodCIDR.String()}
 		// The DaemonSet's pod has one network namespace; here the data
 		// plane is in the node's and the HTTP endpoints stay in the
-		// test's, where the test reaches them.
-		agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address"), env)
+		// test's, where the test reaches them. No kube-proxy pins flows
+		// to this process: it stops without the shutdown delay.
+		agentArgs := expand(t, withoutFlags(ds.Spec.Template.Spec.Containers[0].Args, "--health-address", "--metrics-address", "--shutdown-delay-duration"), env)
 		agentArgs = append(agentArgs,
 			"--kubeconfig="+agentKubeconfig,
 			"--netns="+netns.Path(m.node.NS.Name),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +199,36 @@ func (p *probes) close() (int, []error) {
 	return p.count, p.failures
 }
 
+// reportFailures fails t with the first failures of a kind one by one,
+// then with a summary of them all (from when to when, which clients, what
+// errors): the summary is what a cut log keeps, its end.
+func reportFailures(t *testing.T, kind string, failures []error) {
+	t.Helper()
+	const shown = 5
+	for i, e := range failures {
+		if i == shown {
+			break
+		}
+		t.Error(e)
+	}
+	if len(failures) <= shown {
+		return
+	}
+	byError := map[string]int{}
+	for _, e := range failures {
+		// "<client> at <time>: <error>": the error without the time.
+		client, rest, _ := strings.Cut(e.Error(), " at ")
+		_, what, _ := strings.Cut(rest, ": ")
+		byError[client+": "+what]++
+	}
+	var kinds []string
+	for what, n := range byError {
+		kinds = append(kinds, fmt.Sprintf("%d× %s", n, what))
+	}
+	slices.Sort(kinds)
+	t.Errorf("%d %s failed in all, from %v to %v:\n%s", len(failures), kind, failures[0], failures[len(failures)-1], strings.Join(kinds, "\n"))
+}
+
 // pollDNS asks every client of cluster1 for a name through its cluster DNS
 // every pollEvery; a query that fails, or answers other than want, is a
 // failure.
@@ -281,9 +312,8 @@ func (tr *traffic) stop(t *testing.T, during string) {
 		dialed = fmt.Sprintf("%d of %d new connections failed; ", len(dialFailures), connections)
 	}
 	t.Logf("figure: during %s: %d DNS queries, %d failed; %s%d exchanges over one TCP connection through %s", during, queries, len(dnsFailures), dialed, exchanges, tr.vip)
-	for _, e := range append(dnsFailures, dialFailures...) {
-		t.Error(e)
-	}
+	reportFailures(t, "DNS queries", dnsFailures)
+	reportFailures(t, "new connections", dialFailures)
 	if err == nil {
 		err = tr.flow.close()
 	}

@@ -25,7 +25,7 @@ func testRollingUpdate(t *testing.T) {
 			tr.stop(t, "the failed rolling update")
 			t.Fatal(err)
 		}
-		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl mcs join --image", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond))
+		t.Logf("figure: %s: rolling update to %s, every pod Ready %v after kubectl mcs join --image (from %s to %s)", m.Name, w.mcsd[1].Ref, time.Since(began).Round(10*time.Millisecond), began.Format(time.StampMilli), time.Now().Format(time.StampMilli))
 	}
 	tr.stop(t, "the rolling updates")
 }
