@@ -175,7 +175,7 @@ func (a *Aggregator) forgetPod(pod *corev1.Pod) {
 func (a *Aggregator) Summary() Summary {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var s Summary
+	s := Summary{Asks: true}
 	pending := map[netip.Addr]bool{}
 	for _, r := range a.reports {
 		if len(a.readyPods[r.node]) == 0 {
@@ -193,13 +193,23 @@ func (a *Aggregator) Summary() Summary {
 				s.Through = r.report.Through
 			}
 		}
+		if aw := r.report.Awaiting; aw != "" {
+			switch c, err := resourceversion.CompareResourceVersion(aw, s.Wanted); {
+			case s.Wanted == "":
+				s.Wanted = aw
+			case err != nil:
+				s.Orderless = true
+			case c > 0:
+				s.Wanted = aw
+			}
+		}
 		s.LiveNodes++
 		for _, p := range r.report.Pending {
 			pending[p] = true
 		}
 	}
 	if s.Orderless {
-		s.Through, pending = "", nil
+		s.Through, s.Wanted, pending = "", "", nil
 	}
 	if len(pending) > a.cfg.MaxPending {
 		// Too many to list: hold back every new ClusterSetIP rather than

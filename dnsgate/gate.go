@@ -82,7 +82,12 @@ type Gate struct {
 	// ClusterSetIP.
 	imports map[string]importEntry
 	owners  map[netip.Addr]map[string]string
-	through string
+	// newest is the newest resourceVersion of a ServiceImport seen;
+	// through is the report's Through, which follows it only when
+	// something waits for it (advance); awaiting is the report's Awaiting.
+	newest   string
+	through  string
+	awaiting string
 	// orderless is set once a resourceVersion does not compare (an API
 	// server that does not use integers): every node then hands out what
 	// it carries itself, as without this gate.
@@ -101,6 +106,11 @@ type Gate struct {
 	told     map[bool]bool
 }
 
+// importEntry is a ServiceImport as the gate keeps it: its
+// resourceVersion and the ClusterSetIPs of gated families it lists. owners
+// holds, for each of those, the version at which the gate first saw it
+// listed, which later writes of the ServiceImport (its status, its ports)
+// leave as it was.
 type importEntry struct {
 	rv   string
 	vips []netip.Addr
@@ -188,19 +198,49 @@ func (g *Gate) setImport(obj any) {
 	}
 	key := si.Namespace + "/" + si.Name
 	g.mu.Lock()
+	since := map[netip.Addr]string{}
+	for _, a := range g.imports[key].vips {
+		since[a] = g.owners[a][key]
+	}
 	g.forget(key)
 	g.imports[key] = e
+	brings := false
 	for _, a := range e.vips {
 		if g.owners[a] == nil {
 			g.owners[a] = map[string]string{}
 		}
-		g.owners[a][key] = e.rv
+		rv, listed := since[a]
+		if !listed {
+			rv, brings = e.rv, true
+		}
+		g.owners[a][key] = rv
 	}
-	if g.through == "" || g.newer(e.rv, g.through) {
+	if g.newest == "" || g.newer(e.rv, g.newest) {
+		g.newest = e.rv
+	}
+	// A ClusterSetIP new to this node: every node sees it in the same
+	// write, and their Throughs move to it together.
+	if brings && (g.through == "" || g.newer(e.rv, g.through)) {
 		g.through = e.rv
 	}
+	g.advance()
 	g.mu.Unlock()
 	g.changed()
+}
+
+// advance moves Through to the newest version seen when something waits
+// for it: the summary's Wanted or this node's own Awaiting is above it, or
+// the summary comes from a controller that does not ask (it then follows
+// every write, as it always did). g.mu must be held.
+func (g *Gate) advance() {
+	switch {
+	case g.newest == "" || g.through == g.newest:
+	case g.through == "", g.cluster == nil || !g.cluster.Asks:
+		g.through = g.newest
+	case g.cluster.Wanted != "" && g.newer(g.cluster.Wanted, g.through),
+		g.awaiting != "" && g.newer(g.awaiting, g.through):
+		g.through = g.newest
+	}
 }
 
 func (g *Gate) deleteImport(obj any) {
@@ -260,6 +300,7 @@ func (g *Gate) setSummary(obj any) {
 	}
 	g.mu.Lock()
 	g.cluster, g.clusterPending = &sum, pending
+	g.advance()
 	g.mu.Unlock()
 	g.changed()
 }
@@ -358,12 +399,26 @@ func (g *Gate) evaluate() {
 			of(a).removed = append(of(a).removed, a)
 		}
 	}
+	awaiting := g.awaiting
 	for a := range g.carried {
-		if g.released[a] || !g.everyNodeCarries(a) {
+		if g.released[a] {
+			continue
+		}
+		if !g.everyNodeCarries(a) {
+			// Held back for the summary's Through: ask every node for
+			// it (a node that listed anew sees versions the others'
+			// Throughs have not followed).
+			if rv := g.versionOf(a); rv != "" && !g.atLeast(g.cluster.Through, rv) && (awaiting == "" || g.newer(rv, awaiting)) {
+				awaiting = rv
+			}
 			continue
 		}
 		g.released[a] = true
 		of(a).added = append(of(a).added, a)
+	}
+	if awaiting != g.awaiting {
+		g.awaiting = awaiting
+		g.advance()
 	}
 	for v4 := range out {
 		g.told[v4] = true
@@ -387,12 +442,7 @@ func (g *Gate) everyNodeCarries(a netip.Addr) bool {
 	if !g.gated(a) || g.orderless {
 		return true
 	}
-	rv := ""
-	for _, r := range g.owners[a] {
-		if rv == "" || g.newer(r, rv) {
-			rv = r
-		}
-	}
+	rv := g.versionOf(a)
 	switch {
 	case rv == "":
 		// Carried, but the gate has not seen its ServiceImport yet.
@@ -403,12 +453,25 @@ func (g *Gate) everyNodeCarries(a netip.Addr) bool {
 	return !g.clusterPending[a] && g.atLeast(g.cluster.Through, rv)
 }
 
+// versionOf is the version at which the gate first saw a ClusterSetIP
+// listed, by the newest of the ServiceImports listing it ("" when none
+// does). g.mu must be held.
+func (g *Gate) versionOf(a netip.Addr) string {
+	rv := ""
+	for _, r := range g.owners[a] {
+		if rv == "" || g.newer(r, rv) {
+			rv = r
+		}
+	}
+	return rv
+}
+
 // Report is what this node says now: Through, and the ClusterSetIPs of the
 // ServiceImports seen that the proxier does not carry.
 func (g *Gate) Report() Report {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := Report{Through: g.through}
+	r := Report{Through: g.through, Awaiting: g.awaiting}
 	minRV := ""
 	for a, owners := range g.owners {
 		if g.carried[a] {
@@ -427,7 +490,7 @@ func (g *Gate) Report() Report {
 	}
 	// Too many to list: say only what is sure without them, the newest
 	// import older than the oldest pending one.
-	r = Report{}
+	r = Report{Awaiting: g.awaiting}
 	for _, e := range g.imports {
 		if g.newer(minRV, e.rv) && (r.Through == "" || g.newer(e.rv, r.Through)) {
 			r.Through = e.rv

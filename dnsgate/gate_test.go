@@ -286,8 +286,9 @@ func TestAnUnchangedReportIsNotWrittenAgain(t *testing.T) {
 	for range 10 {
 		w.clock.Step(time.Minute)
 	}
-	// The gate's loop ran for those changes: a new import is written.
-	w.importOf("api", "11")
+	// The gate's loop ran for those changes: a new import with a
+	// ClusterSetIP is written.
+	w.importOf("api", "11", "243.1.0.2")
 	w.await("the next report written", func() bool {
 		w.clock.Step(DefaultMinWrite)
 		l, err := w.client.CoordinationV1().Leases(ns).Get(w.ctx, LeaseName("node-a"), metav1.GetOptions{})

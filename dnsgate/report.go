@@ -6,12 +6,23 @@
 // the client's).
 //
 // Every node publishes a report in a Lease of its own, written only when
-// the report changes (one write per burst of changes): the resourceVersion
-// of the newest ServiceImport its data plane has seen (Through), and the
-// ClusterSetIPs of the ServiceImports it has seen that its proxier does not
-// carry yet (Pending). Since a node sees ServiceImports in resourceVersion
-// order, every ClusterSetIP of a ServiceImport at or below Through is either
-// carried by that node or listed in Pending.
+// the report changes (one write per burst of changes): a resourceVersion of
+// ServiceImports up to which its data plane has seen every change
+// (Through), and the ClusterSetIPs of the ServiceImports it has seen that
+// its proxier does not carry yet (Pending). Since a node sees
+// ServiceImports in resourceVersion order, every ClusterSetIP of a
+// ServiceImport at or below Through is either carried by that node or
+// listed in Pending.
+//
+// Through moves on only when something waits for it, so that the
+// ServiceImport writes that bring no new ClusterSetIP (status, ports,
+// endpoints' clusters) cost no report write on any node: a node advances it
+// to the newest resourceVersion it has seen when a ServiceImport it sees
+// brings a ClusterSetIP new to it, and when the summary's Wanted is above
+// it. Wanted is the highest of the live nodes' Awaiting: the version of a
+// ClusterSetIP a node carries and holds back because the summary's Through
+// is below it, as a node that listed its ServiceImports anew (a restart)
+// sees them at their newest versions.
 //
 // The controller (Aggregator) folds the reports of the live nodes into one
 // summary Lease, SummaryLeaseName: the lowest Through and the union of the
@@ -59,6 +70,9 @@ const (
 	// AnnotationPending holds the ClusterSetIPs the node has seen but does
 	// not carry yet, comma-separated.
 	AnnotationPending = "mcsd.io/pending-clusterset-ips"
+	// AnnotationAwaiting holds the report's Awaiting: the highest version
+	// of a ClusterSetIP the node holds back for the summary's Through.
+	AnnotationAwaiting = "mcsd.io/awaiting-through"
 
 	leasePrefix = "mcsd-node-"
 
@@ -73,6 +87,11 @@ const (
 	// carries).
 	AnnotationLiveNodes = "mcsd.io/live-nodes"
 	AnnotationOrderless = "mcsd.io/orderless"
+	// AnnotationWanted holds the summary's Wanted, the highest Awaiting of
+	// the live nodes. A summary without it comes from a controller that
+	// does not ask: every node then keeps its Through at the newest
+	// version it has seen.
+	AnnotationWanted = "mcsd.io/wanted-through"
 )
 
 // LeaseName is the name of a node's report Lease: its name, or a digest of
@@ -93,6 +112,10 @@ type Report struct {
 	// Pending are the ClusterSetIPs of ServiceImports up to Through that
 	// the node does not carry yet.
 	Pending []netip.Addr
+	// Awaiting is the highest version of a ClusterSetIP this node has
+	// held back for the summary's Through ("" when none); it never goes
+	// down.
+	Awaiting string
 }
 
 // annotate writes the report into a Lease's annotations.
@@ -107,12 +130,17 @@ func (r Report) annotate(l *coordinationv1.Lease) {
 	}
 	slices.Sort(pending)
 	l.Annotations[AnnotationPending] = strings.Join(pending, ",")
+	if r.Awaiting != "" {
+		l.Annotations[AnnotationAwaiting] = r.Awaiting
+	} else {
+		delete(l.Annotations, AnnotationAwaiting)
+	}
 }
 
 // reportOf reads a report from a Lease's annotations. An address that does
 // not parse is skipped: a report can only hold back what it names.
 func reportOf(l *coordinationv1.Lease) Report {
-	r := Report{Through: l.Annotations[AnnotationThrough]}
+	r := Report{Through: l.Annotations[AnnotationThrough], Awaiting: l.Annotations[AnnotationAwaiting]}
 	for _, s := range strings.Split(l.Annotations[AnnotationPending], ",") {
 		if a, err := netip.ParseAddr(s); err == nil {
 			r.Pending = append(r.Pending, a.Unmap())
@@ -123,7 +151,7 @@ func reportOf(l *coordinationv1.Lease) Report {
 
 // equal says whether two reports say the same.
 func (r Report) equal(o Report) bool {
-	return r.Through == o.Through && slices.Equal(r.Pending, o.Pending)
+	return r.Through == o.Through && r.Awaiting == o.Awaiting && slices.Equal(r.Pending, o.Pending)
 }
 
 // Summary is what the live nodes' reports say together.
@@ -134,12 +162,17 @@ type Summary struct {
 	Report
 	LiveNodes int
 	Orderless bool
+	// Wanted is the highest Awaiting of the live nodes; Asks says the
+	// summary carries it (a controller that knows of it wrote it).
+	Wanted string
+	Asks   bool
 }
 
 func (s Summary) annotate(l *coordinationv1.Lease) {
 	s.Report.annotate(l)
 	l.Annotations[AnnotationLiveNodes] = strconv.Itoa(s.LiveNodes)
 	l.Annotations[AnnotationOrderless] = strconv.FormatBool(s.Orderless)
+	l.Annotations[AnnotationWanted] = s.Wanted
 }
 
 // summaryOf reads a summary from its Lease; a count that does not parse is
@@ -148,9 +181,10 @@ func summaryOf(l *coordinationv1.Lease) Summary {
 	s := Summary{Report: reportOf(l)}
 	s.LiveNodes, _ = strconv.Atoi(l.Annotations[AnnotationLiveNodes])
 	s.Orderless = l.Annotations[AnnotationOrderless] == "true"
+	s.Wanted, s.Asks = l.Annotations[AnnotationWanted]
 	return s
 }
 
 func (s Summary) equal(o Summary) bool {
-	return s.Report.equal(o.Report) && s.LiveNodes == o.LiveNodes && s.Orderless == o.Orderless
+	return s.Report.equal(o.Report) && s.LiveNodes == o.LiveNodes && s.Orderless == o.Orderless && s.Wanted == o.Wanted && s.Asks == o.Asks
 }
