@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/dnsgate"
@@ -45,7 +46,9 @@ const (
 // created at once; the table shows the API server's Lease writes and
 // watch events, its CPU time, and how long until every node may hand out
 // each ClusterSetIP, beside what every node watching every report would
-// cost.
+// cost. Then every ServiceImport of the batch is written again without a
+// new ClusterSetIP (as the importer writes statuses), and one more is
+// created: the table shows those Lease writes too.
 func BenchmarkDNSGate(b *testing.B) {
 	nodes, batch, err := gateSizes()
 	if err != nil {
@@ -105,6 +108,10 @@ type gateResult struct {
 	droppedWatches float64
 	// cpu by process: the API server, etcd, the aggregator, all nodes.
 	apiserverCPU, etcdCPU, aggregatorCPU, nodesCPU time.Duration
+	// churnReportWrites and churnSummaryWrites are the Lease writes of a
+	// write of each ServiceImport of the batch that brings no
+	// ClusterSetIP, followed by one new ClusterSetIP.
+	churnReportWrites, churnSummaryWrites float64
 	// nodesRSS is the resident memory of all node processes.
 	nodesRSS int64
 	// released is, per ClusterSetIP, from its ServiceImport's creation
@@ -190,6 +197,31 @@ func runGate(b *testing.B, bin string, n, batch int) gateResult {
 	cpuAfter := gateCPU(c, agg, nodes)
 	written := gateLeases.stop()
 
+	// Then a write of every ServiceImport of the batch that brings no
+	// ClusterSetIP, as the importer's status writes, and one new
+	// ClusterSetIP after them: once every node has released that one, it
+	// has seen the writes before it.
+	churnLeases, err := watchGateLeases(ctx, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := fixture.InParallel(ctx, batch, batch, func(ctx context.Context, i int) error {
+		return touchImport(ctx, c, fmt.Sprintf("svc-%05d", i))
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := createImport(ctx, c, "after-writes", vipOf(batch+1)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := waitReleased(ctx, nodes, []netip.Addr{vipOf(batch + 1)}); err != nil {
+		b.Fatalf("%v\n%s", err, agg.Tail(20))
+	}
+	if _, err := waitLeaseWritesSettle(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	churn := churnLeases.stop()
+	res.churnReportWrites, res.churnSummaryWrites = churn.reports, churn.summary
+
 	res.reportWrites, res.summaryWrites = written.reports, written.summary
 	res.leaseWrites = after.leaseWrites() - before.leaseWrites()
 	// Of the Lease events the API server sent, one per write of any Lease
@@ -273,6 +305,23 @@ func createImport(ctx context.Context, c *harness.Cluster, name string, vip neti
 	began := time.Now()
 	_, err := c.MCS.MulticlusterV1beta1().ServiceImports(gateImports).Create(ctx, si, metav1.CreateOptions{})
 	return began, err
+}
+
+// touchImport writes a ServiceImport again without changing its
+// ClusterSetIPs, as a status write does.
+func touchImport(ctx context.Context, c *harness.Cluster, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		si, err := c.MCS.MulticlusterV1beta1().ServiceImports(gateImports).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		si.Annotations["bench.mcsd.io/touched"] = time.Now().Format(time.RFC3339Nano)
+		_, err = c.MCS.MulticlusterV1beta1().ServiceImports(gateImports).Update(ctx, si, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // waitReleased waits until every node has printed that it released each

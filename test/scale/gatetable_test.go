@@ -28,6 +28,7 @@ func reportGate(b *testing.B, r gateResult) {
 	b.ReportMetric(r.leaseEvents, "lease-events")
 	b.ReportMetric(r.gateEvents(), "lease-events-expected")
 	b.ReportMetric(r.allReportsEvents(), "lease-events-all-reports")
+	b.ReportMetric(r.churnReportWrites, "churn-report-writes")
 	b.ReportMetric(r.apiserverCPU.Seconds(), "apiserver-cpu-s")
 	b.ReportMetric(ms(percentile(r.released, 50)), "release-p50-ms")
 	b.ReportMetric(ms(percentile(r.released, 99)), "release-p99-ms")
@@ -37,13 +38,13 @@ func reportGate(b *testing.B, r gateResult) {
 
 func printGateTable(w io.Writer, rows []gateResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tClusterSetIPs\treport writes\tsummary writes\tall Lease writes\tLease events\texpected\tall-reports events (est.)\tServiceImport events\twatches dropped\tapiserver CPU\tetcd CPU\taggregator CPU\tnodes CPU\trelease p50\trelease p99\tfirst node p50\tnodes RSS\tload before\tload after\t")
+	fmt.Fprintln(tw, "nodes\tClusterSetIPs\treport writes\tsummary writes\tall Lease writes\tLease events\texpected\tall-reports events (est.)\tServiceImport events\twatches dropped\tapiserver CPU\tetcd CPU\taggregator CPU\tnodes CPU\trelease p50\trelease p99\tfirst node p50\tnodes RSS\tthen a write of each ServiceImport + 1 ClusterSetIP: report, summary writes\tload before\tload after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f s\t%.2f s\t%.2f s\t%.2f s\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f s\t%.2f s\t%.2f s\t%.2f s\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%.0f, %.0f\t%s\t%s\t\n",
 			r.nodes, r.batch, r.reportWrites, r.summaryWrites, r.leaseWrites, r.leaseEvents, r.gateEvents(), r.allReportsEvents(), r.importEvents, r.droppedWatches,
 			r.apiserverCPU.Seconds(), r.etcdCPU.Seconds(), r.aggregatorCPU.Seconds(), r.nodesCPU.Seconds(),
 			ms(percentile(r.released, 50)), ms(percentile(r.released, 99)), ms(percentile(r.firstReleased, 50)),
-			mib(r.nodesRSS), r.loadBefore, r.loadAfter)
+			mib(r.nodesRSS), r.churnReportWrites, r.churnSummaryWrites, r.loadBefore, r.loadAfter)
 	}
 	_ = tw.Flush()
 }
