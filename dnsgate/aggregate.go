@@ -193,6 +193,9 @@ func (a *Aggregator) Summary() Summary {
 				s.Through = r.report.Through
 			}
 		}
+		if !r.report.knowsWanted {
+			s.Asks = false
+		}
 		if aw := r.report.Awaiting; aw != "" {
 			switch c, err := resourceversion.CompareResourceVersion(aw, s.Wanted); {
 			case s.Wanted == "":
@@ -208,8 +211,11 @@ func (a *Aggregator) Summary() Summary {
 			pending[p] = true
 		}
 	}
+	if s.Orderless || !s.Asks {
+		s.Wanted = ""
+	}
 	if s.Orderless {
-		s.Through, s.Wanted, pending = "", "", nil
+		s.Through, pending = "", nil
 	}
 	if len(pending) > a.cfg.MaxPending {
 		// Too many to list: hold back every new ClusterSetIP rather than

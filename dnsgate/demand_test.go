@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 )
@@ -165,5 +166,30 @@ func TestWithASummaryThatDoesNotAskThroughFollowsEveryWrite(t *testing.T) {
 	w.updateImport("web", "11", []string{vip.String()}, w.gate)
 	if r := w.gate.Report(); r.Through != "11" {
 		t.Fatalf("report %+v under a summary that does not ask, want Through 11", r)
+	}
+}
+
+// A live node of an older version (its report has no Awaiting) neither asks
+// nor is asked, and holds back what it carries until Through reaches the
+// newest version of its ServiceImport: the summary then does not ask, and
+// every node's Through follows every write, as before.
+func TestWithAnOlderNodeLiveThroughFollowsEveryWrite(t *testing.T) {
+	w := start(t)
+	w.podOn("node-old", true)
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName("node-old"), Labels: map[string]string{LabelComponent: ComponentNodeReport},
+			Annotations: map[string]string{AnnotationThrough: "10", AnnotationPending: ""}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-old")},
+	}
+	if _, err := w.client.CoordinationV1().Leases(ns).Create(w.ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.await("a summary that does not ask", func() bool { s := w.agg.Summary(); return s.LiveNodes == 1 && !s.Asks })
+	w.settled()
+	w.importOf("web", "10", vip.String())
+	carried(w, vip.String())
+	w.updateImport("web", "11", []string{vip.String()}, w.gate)
+	if r := w.gate.Report(); r.Through != "11" {
+		t.Fatalf("report %+v beside an older node, want Through 11", r)
 	}
 }

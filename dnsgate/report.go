@@ -116,6 +116,10 @@ type Report struct {
 	// held back for the summary's Through ("" when none); it never goes
 	// down.
 	Awaiting string
+	// knowsWanted says the report came from a node that moves its Through
+	// on when asked (one without it is an older version's, during an
+	// upgrade).
+	knowsWanted bool
 }
 
 // annotate writes the report into a Lease's annotations.
@@ -130,17 +134,15 @@ func (r Report) annotate(l *coordinationv1.Lease) {
 	}
 	slices.Sort(pending)
 	l.Annotations[AnnotationPending] = strings.Join(pending, ",")
-	if r.Awaiting != "" {
-		l.Annotations[AnnotationAwaiting] = r.Awaiting
-	} else {
-		delete(l.Annotations, AnnotationAwaiting)
-	}
+	// Written when empty too: it says the node knows Wanted.
+	l.Annotations[AnnotationAwaiting] = r.Awaiting
 }
 
 // reportOf reads a report from a Lease's annotations. An address that does
 // not parse is skipped: a report can only hold back what it names.
 func reportOf(l *coordinationv1.Lease) Report {
-	r := Report{Through: l.Annotations[AnnotationThrough], Awaiting: l.Annotations[AnnotationAwaiting]}
+	r := Report{Through: l.Annotations[AnnotationThrough]}
+	r.Awaiting, r.knowsWanted = l.Annotations[AnnotationAwaiting]
 	for _, s := range strings.Split(l.Annotations[AnnotationPending], ",") {
 		if a, err := netip.ParseAddr(s); err == nil {
 			r.Pending = append(r.Pending, a.Unmap())
@@ -162,8 +164,11 @@ type Summary struct {
 	Report
 	LiveNodes int
 	Orderless bool
-	// Wanted is the highest Awaiting of the live nodes; Asks says the
-	// summary carries it (a controller that knows of it wrote it).
+	// Wanted is the highest Awaiting of the live nodes. Asks says the
+	// summary carries it: written by a controller that knows of it, with
+	// every live node knowing of it too. Otherwise every node keeps its
+	// Through at the newest version it has seen, as an older node does
+	// and waits for.
 	Wanted string
 	Asks   bool
 }
@@ -172,7 +177,11 @@ func (s Summary) annotate(l *coordinationv1.Lease) {
 	s.Report.annotate(l)
 	l.Annotations[AnnotationLiveNodes] = strconv.Itoa(s.LiveNodes)
 	l.Annotations[AnnotationOrderless] = strconv.FormatBool(s.Orderless)
-	l.Annotations[AnnotationWanted] = s.Wanted
+	if s.Asks {
+		l.Annotations[AnnotationWanted] = s.Wanted
+	} else {
+		delete(l.Annotations, AnnotationWanted)
+	}
 }
 
 // summaryOf reads a summary from its Lease; a count that does not parse is
