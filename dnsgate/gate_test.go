@@ -266,19 +266,7 @@ func TestAnUnchangedReportIsNotWrittenAgain(t *testing.T) {
 		l, err := w.client.CoordinationV1().Leases(ns).Get(w.ctx, LeaseName("node-a"), metav1.GetOptions{})
 		return err == nil && reportOf(l).Through == "10" && len(reportOf(l).Pending) == 0
 	})
-	writes := func() int {
-		n := 0
-		for _, a := range w.client.Actions() {
-			// This node's report, not the controller's summary.
-			if o, ok := a.(interface{ GetObject() runtime.Object }); ok && a.GetResource().Resource == "leases" {
-				if l, ok := o.GetObject().(*coordinationv1.Lease); ok && l.Name == LeaseName("node-a") {
-					n++
-				}
-			}
-		}
-		return n
-	}
-	before := writes()
+	before := w.reportWrites("node-a")
 	// Changes that leave the report as it was: a peer's pod, the same
 	// ClusterSetIP reported carried again, and time passing.
 	w.podOn("node-c", true)
@@ -294,7 +282,7 @@ func TestAnUnchangedReportIsNotWrittenAgain(t *testing.T) {
 		l, err := w.client.CoordinationV1().Leases(ns).Get(w.ctx, LeaseName("node-a"), metav1.GetOptions{})
 		return err == nil && reportOf(l).Through == "11"
 	})
-	if got := writes() - before; got != 1 {
+	if got := w.reportWrites("node-a") - before; got != 1 {
 		t.Fatalf("%d writes of the report for one change, want 1", got)
 	}
 }
